@@ -1,0 +1,134 @@
+// kestrel/core/mmap.hpp: a read-only memory map of a whole file (POSIX).
+//
+// Model weights are used in place from the map (zero copy). Opening a missing
+// path, a directory or an empty file is a clear error, never a crash.
+#pragma once
+
+#include <cerrno>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <span>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kestrel/core/error.hpp"
+
+namespace kestrel {
+
+class mapped_file {
+ public:
+  mapped_file() = default;
+  explicit mapped_file(const std::filesystem::path& path) : path_(path.string()) {
+    const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw file_error(path_, std::string("cannot open: ") + std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) {
+      const int e = errno;
+      ::close(fd);
+      throw file_error(path_, std::string("cannot stat: ") + std::strerror(e));
+    }
+    if (S_ISDIR(st.st_mode)) {
+      ::close(fd);
+      throw file_error(path_, "is a directory, expected a model or tokenizer file");
+    }
+    if (!S_ISREG(st.st_mode)) {
+      ::close(fd);
+      throw file_error(path_, "is not a regular file");
+    }
+    if (st.st_size == 0) {
+      ::close(fd);
+      throw file_error(path_, "file is empty");
+    }
+    size_ = static_cast<std::size_t>(st.st_size);
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    const int e = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) throw file_error(path_, std::string("cannot mmap: ") + std::strerror(e));
+    data_ = static_cast<const std::byte*>(p);
+  }
+  mapped_file(mapped_file&& o) noexcept
+      : path_(std::move(o.path_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+  mapped_file& operator=(mapped_file&& o) noexcept {
+    if (this != &o) {
+      unmap();
+      path_ = std::move(o.path_);
+      data_ = std::exchange(o.data_, nullptr);
+      size_ = std::exchange(o.size_, 0);
+    }
+    return *this;
+  }
+  mapped_file(const mapped_file&) = delete;
+  mapped_file& operator=(const mapped_file&) = delete;
+  ~mapped_file() { unmap(); }
+
+  const std::string& path() const noexcept { return path_; }
+  const std::byte* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return size_; }
+  std::span<const std::byte> bytes() const noexcept { return {data_, size_}; }
+
+ private:
+  void unmap() noexcept {
+    if (data_) ::munmap(const_cast<std::byte*>(data_), size_);
+    data_ = nullptr;
+    size_ = 0;
+  }
+  std::string path_;
+  const std::byte* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// Bounds-checked little-endian reads from a byte range; every failure names
+/// the file and the offset. Used by all file parsers.
+class byte_reader {
+ public:
+  byte_reader(std::span<const std::byte> bytes, std::string path) : bytes_(bytes), path_(std::move(path)) {}
+
+  std::size_t offset() const noexcept { return pos_; }
+  std::size_t size() const noexcept { return bytes_.size(); }
+  std::size_t remaining() const noexcept { return bytes_.size() - pos_; }
+  const std::string& path() const noexcept { return path_; }
+  const std::byte* here() const noexcept { return bytes_.data() + pos_; }
+
+  /// Throws unless `n` more bytes exist; `what` names what was being read.
+  void need(std::size_t n, std::string_view what) const {
+    if (n > remaining())
+      throw file_error(path_, pos_,
+                       "truncated: reading " + std::string(what) + " needs " + std::to_string(n) + " bytes, " +
+                           std::to_string(remaining()) + " left");
+  }
+  template <class T>
+  T read(std::string_view what) {
+    static_assert(std::is_trivially_copyable_v<T>);
+    need(sizeof(T), what);
+    T v;
+    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));  // little-endian host assumed (x86-64, aarch64)
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::span<const std::byte> take(std::size_t n, std::string_view what) {
+    need(n, what);
+    auto s = bytes_.subspan(pos_, n);
+    pos_ += n;
+    return s;
+  }
+  void seek(std::size_t off, std::string_view what) {
+    if (off > bytes_.size())
+      throw file_error(path_, off, "offset past end of file (" + std::to_string(bytes_.size()) + " bytes) for " +
+                                       std::string(what));
+    pos_ = off;
+  }
+
+ private:
+  std::span<const std::byte> bytes_;
+  std::string path_;
+  std::size_t pos_ = 0;
+};
+
+}  // namespace kestrel

@@ -1,0 +1,69 @@
+// tests/fixtures.hpp: locating the real third-party files of ../shared/fixtures.
+//
+// The folder is $KESTREL_FIXTURES when set, else ../shared/fixtures beside the
+// source tree. A missing fixture fails the test when CI=true and skips it with
+// a message elsewhere:
+//
+//   auto path = kestrel::test::fixture("llama2c/stories260K.bin");
+//   if (!path) return;  // skipped (outside CI)
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unistd.h>
+
+namespace kestrel::test {
+
+inline std::filesystem::path fixtures_dir() {
+  if (const char* env = std::getenv("KESTREL_FIXTURES"); env && *env) return env;
+#ifdef KESTREL_DEFAULT_FIXTURES
+  return KESTREL_DEFAULT_FIXTURES;
+#else
+  return "../shared/fixtures";
+#endif
+}
+
+inline bool in_ci() {
+  const char* ci = std::getenv("CI");
+  return ci && std::string_view(ci) == "true";
+}
+
+/// The path of fixture `rel`, or nullopt (after failing in CI / printing a
+/// skip message elsewhere) when it does not exist.
+inline std::optional<std::filesystem::path> fixture(std::string_view rel) {
+  auto p = fixtures_dir() / rel;
+  if (std::filesystem::exists(p)) return p;
+  const std::string msg = "fixture not found: " + p.string() + " (set KESTREL_FIXTURES to the fixtures folder)";
+  if (in_ci()) {
+    FAIL(msg);
+  } else {
+    MESSAGE("SKIPPED: " << msg);
+  }
+  return std::nullopt;
+}
+
+inline std::string read_file(const std::filesystem::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+/// A fresh scratch directory for this process, e.g. for truncated copies.
+inline std::filesystem::path scratch_dir(std::string_view name) {
+  auto d = std::filesystem::temp_directory_path() / ("kestrel-test-" + std::to_string(::getpid())) / name;
+  std::filesystem::create_directories(d);
+  return d;
+}
+
+inline void write_file(const std::filesystem::path& p, std::string_view bytes) {
+  std::ofstream f(p, std::ios::binary | std::ios::trunc);
+  f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+}  // namespace kestrel::test
