@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -311,6 +312,22 @@ TEST_CASE("gguf: stories260K.gguf") {
   CHECK(params == 292800);  // SOURCES.md
   const auto& last = g.tensors().back();
   CHECK(last.offset + last.size_bytes == g.file().size());
+}
+
+TEST_CASE("gguf: a moved gguf_file keeps its keys, tensors and data") {
+  auto p = kestrel::test::fixture("gguf/stories260K.gguf");
+  if (!p) return;
+  std::optional<gguf_file> holder;
+  {
+    gguf_file g(*p);
+    holder.emplace(std::move(g));
+  }
+  const auto& g = *holder;
+  CHECK(g.get<int>("llama.block_count") == 5);
+  CHECK(g.get_array<std::string_view>("tokenizer.ggml.tokens")[1] == "<s>");
+  const auto& t = g.tensor("output_norm.weight");
+  CHECK(t.data == g.file().data() + t.offset);
+  CHECK(g.find_tensor("token_embd.weight") == &g.tensors()[0]);
 }
 
 TEST_CASE("gguf: llama-2-tiny-random.gguf (F16, 32000 tokens)") {

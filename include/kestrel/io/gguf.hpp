@@ -398,6 +398,9 @@ class gguf_file {
       if (t != gguf_type::bool_) fail(e.key_offset, mismatch());
       return detail::load<std::uint8_t>(p) != 0;
     } else if constexpr (std::is_integral_v<T>) {
+      static_assert(!std::is_same_v<T, char> && !std::is_same_v<T, char8_t> && !std::is_same_v<T, char16_t> &&
+                        !std::is_same_v<T, char32_t> && !std::is_same_v<T, wchar_t>,
+                    "gguf_file: read integers as std::int8_t / std::uint8_t and so on, not as a character type");
       if (!detail::is_integer(t)) fail(e.key_offset, mismatch());
       auto out_of_range = [&](auto v) -> std::string {
         std::string where = "key '" + std::string(e.key) + "'";

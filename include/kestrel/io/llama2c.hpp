@@ -114,7 +114,7 @@ inline void llama2c_checkpoint::parse() {
   for (int i = 0; i < 7; ++i) {
     const bool ok = i == 5 ? h[i] != 0 && h[i] != INT32_MIN : h[i] > 0;
     if (!ok)
-      fail(4 * i, std::string("header field ") + names[i] + " is " + std::to_string(h[i]) + ", expected " +
+      fail(4 * static_cast<std::uint64_t>(i), std::string("header field ") + names[i] + " is " + std::to_string(h[i]) + ", expected " +
                       (i == 5 ? "a non-zero vocabulary size" : "a positive value"));
   }
   auto& cfg = config_;
