@@ -516,11 +516,12 @@ inline void gguf_file::parse() {
   constexpr std::uint64_t min_kv = 8 + 4 + 1, min_tensor = 8 + 4 + 8 + 4 + 8;
   if (n_kv > c.remaining() / min_kv)
     fail(n_kv_at, std::to_string(n_kv) + " metadata pairs cannot fit in the " + std::to_string(c.remaining()) +
-                      " bytes that follow (each needs at least " + std::to_string(min_kv) + ")");
+                      " bytes that follow (each needs at least " + std::to_string(min_kv) +
+                      "): truncated or corrupt file");
   if (n_tensors > (c.remaining() - n_kv * min_kv) / min_tensor)
     fail(n_tensors_at, std::to_string(n_tensors) + " tensor infos cannot fit in the bytes that follow the " +
                            std::to_string(n_kv) + " metadata pairs (each needs at least " +
-                           std::to_string(min_tensor) + ")");
+                           std::to_string(min_tensor) + "): truncated or corrupt file");
 
   entries_.reserve(static_cast<std::size_t>(n_kv));
   index_.reserve(static_cast<std::size_t>(n_kv));
