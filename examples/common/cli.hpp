@@ -1,0 +1,123 @@
+// examples/common/cli.hpp: the command-line options shared by kestrel's
+// programs, with llama.cpp's flag names, and the model set-up they share.
+#pragma once
+
+#include <charconv>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "kestrel/kestrel.hpp"
+
+namespace kestrel::cli {
+
+struct options {
+  std::string model;                   // -m
+  std::optional<std::string> tokenizer;  // --tokenizer (llama2.c checkpoints)
+  std::string prompt;                  // -p
+  long n_predict = 256;                // -n
+  float temperature = 0.8f;            // --temp
+  std::int32_t top_k = 40;             // --top-k
+  float top_p = 0.95f;                 // --top-p
+  float min_p = 0.05f;                 // --min-p
+  long long seed = -1;                 // --seed (-1: random, printed to stderr)
+  long n_threads = 0;                  // -t (0: all hardware threads)
+  long n_ctx = 0;                      // -c (0: the model's training context)
+};
+
+[[noreturn]] inline void die(const std::string& msg) {
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+template <class T>
+T parse_number(std::string_view flag, std::string_view s) {
+  T v{};
+  const auto* end = s.data() + s.size();
+  auto [p, ec] = std::from_chars(s.data(), end, v);
+  if (ec != std::errc() || p != end) die(std::string(flag) + ": '" + std::string(s) + "' is not a valid number");
+  return v;
+}
+
+/// Parses argv; `usage` is printed for -h and for mistakes. Flags beyond the
+/// common ones can be added by the caller through `extra`.
+inline options parse(int argc, char** argv, const char* usage,
+                     const std::map<std::string, std::function<void(std::string_view)>>& extra = {}) {
+  options o;
+  auto help = [&](int code) {
+    std::fprintf(code ? stderr : stdout, "%s", usage);
+    std::exit(code);
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "-h" || a == "--help") help(0);
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) die(std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-m" || a == "--model") o.model = value();
+    else if (a == "--tokenizer") o.tokenizer = std::string(value());
+    else if (a == "-p" || a == "--prompt") o.prompt = value();
+    else if (a == "-n" || a == "--n-predict") o.n_predict = parse_number<long>(a, value());
+    else if (a == "--temp") o.temperature = parse_number<float>(a, value());
+    else if (a == "--top-k") o.top_k = parse_number<std::int32_t>(a, value());
+    else if (a == "--top-p") o.top_p = parse_number<float>(a, value());
+    else if (a == "--min-p") o.min_p = parse_number<float>(a, value());
+    else if (a == "-s" || a == "--seed") o.seed = parse_number<long long>(a, value());
+    else if (a == "-t" || a == "--threads") o.n_threads = parse_number<long>(a, value());
+    else if (a == "-c" || a == "--ctx-size") o.n_ctx = parse_number<long>(a, value());
+    else if (auto it = extra.find(std::string(a)); it != extra.end()) it->second(value());
+    else {
+      std::fprintf(stderr, "error: unknown argument '%s'\n", argv[i]);
+      help(1);
+    }
+  }
+  if (o.model.empty()) {
+    std::fprintf(stderr, "error: no model given (-m FILE)\n");
+    help(1);
+  }
+  if (o.n_predict < 0) die("-n must be >= 0, got " + std::to_string(o.n_predict));
+  if (o.n_threads < 0) die("-t must be >= 1, got " + std::to_string(o.n_threads));
+  if (o.n_ctx < 0) die("-c must be >= 0, got " + std::to_string(o.n_ctx));
+  if (o.n_threads == 0) o.n_threads = std::max(1u, std::thread::hardware_concurrency());
+  return o;
+}
+
+inline sampler_params sampling(options& o) {
+  if (o.seed < 0) {
+    o.seed = static_cast<long long>(std::random_device{}() & 0x7fffffff);
+    std::fprintf(stderr, "seed: %lld\n", o.seed);
+  }
+  sampler_params p;
+  p.temperature = o.temperature;
+  p.top_k = o.top_k;
+  p.top_p = o.top_p;
+  p.min_p = o.min_p;
+  p.seed = static_cast<std::uint64_t>(o.seed);
+  validate(p);
+  return p;
+}
+
+inline std::optional<std::filesystem::path> tokenizer_path(const options& o) {
+  if (o.tokenizer) return std::filesystem::path(*o.tokenizer);
+  return std::nullopt;
+}
+
+inline void print_stats(const generation_stats& st) {
+  std::fprintf(stderr,
+               "\n\nprompt: %zu tokens, generated: %zu tokens\n"
+               "TTFT: %.2f ms | prefill: %.1f tokens/s | decode: %.1f tokens/s | TBT: %.2f ms\n",
+               st.n_prompt, st.n_generated, st.ttft_ms, st.prefill_tokens_per_s(), st.decode_tokens_per_s(),
+               st.tbt_ms());
+}
+
+}  // namespace kestrel::cli

@@ -1,0 +1,43 @@
+// kestrel-generate: a prompt in, the prompt and its continuation out.
+//
+// stdout carries exactly the prompt followed by the generated text; the
+// timings go to stderr. Flags follow llama.cpp's llama-cli.
+#include <cstdio>
+#include <string_view>
+
+#include "common/cli.hpp"
+
+static const char* usage =
+    "usage: kestrel-generate -m FILE [options]\n"
+    "  -m FILE          model: GGUF, or a llama2.c .bin with --tokenizer\n"
+    "  --tokenizer FILE llama2.c tokenizer.bin (required for .bin models)\n"
+    "  -p PROMPT        prompt (default: empty, i.e. BOS only)\n"
+    "  -n N             tokens to generate (default 256)\n"
+    "  --temp T         temperature, 0 = greedy (default 0.8)\n"
+    "  --top-k K        (default 40, 0 = off)   --top-p P (default 0.95, 1 = off)\n"
+    "  --min-p P        (default 0.05, 0 = off) --seed S (default random, printed)\n"
+    "  -t N             threads (default: all)  -c N context length (default: the model's)\n";
+
+int main(int argc, char** argv) {
+  auto opt = kestrel::cli::parse(argc, argv, usage);
+  try {
+    const auto params = kestrel::cli::sampling(opt);
+    const auto file = kestrel::load_model_file(opt.model, kestrel::cli::tokenizer_path(opt));
+    kestrel::spm_tokenizer tok(file.vocab);
+    kestrel::llama_model<> model(file.weights, static_cast<std::size_t>(opt.n_ctx),
+                                 kestrel::cpu_backend(static_cast<std::size_t>(opt.n_threads)));
+    kestrel::sampler_chain sampler(params);
+    const auto prompt = tok.encode(opt.prompt, /*add_bos=*/true);
+    std::fwrite(opt.prompt.data(), 1, opt.prompt.size(), stdout);
+    std::fflush(stdout);
+    const auto st = kestrel::generate(model, sampler, tok, prompt, static_cast<std::size_t>(opt.n_predict),
+                                      [](std::string_view s) {
+                                        std::fwrite(s.data(), 1, s.size(), stdout);
+                                        std::fflush(stdout);
+                                      });
+    kestrel::cli::print_stats(st);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    kestrel::cli::die(e.what());
+  }
+}

@@ -1,0 +1,103 @@
+// kestrel/engine/generate.hpp: the generation loop of one sequence, with
+// its metrics (TTFT, prefill and decode tokens/s, time between tokens).
+//
+//   prompt --prefill--> logits --sample--> token --detokenize--> on_text
+//                         ^                  |
+//                         +----- decode -----+   until n_predict, EOS/BOS, or the context is full
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "kestrel/core/error.hpp"
+#include "kestrel/core/token.hpp"
+#include "kestrel/sampler/concepts.hpp"
+#include "kestrel/tokenizer/concepts.hpp"
+#include "kestrel/tokenizer/detokenizer.hpp"
+
+namespace kestrel {
+
+enum class stop_reason { length, end_of_text, context_full };
+
+struct generation_stats {
+  std::size_t n_prompt = 0;      // tokens prefilled
+  std::size_t n_generated = 0;   // tokens sampled and emitted
+  double ttft_ms = 0;            // prefill + first sample
+  double prefill_ms = 0;
+  double decode_ms = 0;          // all decode steps (each: forward + sample)
+  stop_reason stop = stop_reason::length;
+
+  double prefill_tokens_per_s() const { return prefill_ms > 0 ? 1e3 * static_cast<double>(n_prompt) / prefill_ms : 0; }
+  /// Decode steps are n_generated - 1: the first token comes from prefill.
+  double decode_tokens_per_s() const {
+    return decode_ms > 0 && n_generated > 1 ? 1e3 * static_cast<double>(n_generated - 1) / decode_ms : 0;
+  }
+  /// Mean time between tokens (TBT / ITL) over the decode steps.
+  double tbt_ms() const { return n_generated > 1 ? decode_ms / static_cast<double>(n_generated - 1) : 0; }
+};
+
+/// What a model offers the loop: prefill(), decode(), n_past(), n_ctx().
+template <class M>
+concept GenerativeModel = requires(M& m, std::span<const token_id> tokens, token_id t) {
+  { m.prefill(tokens) } -> std::convertible_to<std::span<const float>>;
+  { m.decode(t) } -> std::convertible_to<std::span<const float>>;
+  { m.n_past() } -> std::convertible_to<std::size_t>;
+  { m.n_ctx() } -> std::convertible_to<std::size_t>;
+};
+
+/// Appends `prompt` to the model's sequence and generates up to `n_predict`
+/// tokens, passing each piece of text (whole UTF-8 characters) to
+/// `on_text(std::string_view)`. Generation ends at EOS, at BOS (a new
+/// document: llama2.c's rule, which its reference texts depend on), after
+/// n_predict tokens, or when the context is full. The last sampled token is
+/// not run through the model; `last_token` receives it so a caller can continue.
+template <GenerativeModel M, Sampler S, Tokenizer T, class OnText>
+generation_stats generate(M& model, S& sampler, const T& tok, std::span<const token_id> prompt, std::size_t n_predict,
+                          OnText&& on_text, token_id* last_token = nullptr) {
+  using clock = std::chrono::steady_clock;
+  auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  if (prompt.empty()) throw invalid_argument("generate: empty prompt (it needs at least BOS)");
+  generation_stats st;
+  st.n_prompt = prompt.size();
+  // The first generated piece loses its dummy-prefix space only when it
+  // begins the text (the prompt is BOS alone, as in llama2.c).
+  const bool at_start = model.n_past() == 0 && prompt.size() == 1 && prompt[0] == tok.bos();
+  detokenizer<T> detok(tok, at_start);
+  std::vector<float> scratch;  // the sampler may modify its logits
+
+  auto sample = [&](std::span<const float> logits) {
+    scratch.assign(logits.begin(), logits.end());
+    return sampler.sample(std::span<float>(scratch));
+  };
+
+  const auto t0 = clock::now();
+  token_id next = sample(model.prefill(prompt));
+  const auto t1 = clock::now();
+  st.prefill_ms = st.ttft_ms = ms(t1 - t0);
+  auto t_prev = t1;
+  while (true) {
+    if (last_token) *last_token = next;
+    if (next == tok.eos() || next == tok.bos()) {
+      st.stop = stop_reason::end_of_text;
+      break;
+    }
+    ++st.n_generated;
+    if (auto text = detok.push(next); !text.empty()) on_text(std::string_view(text));
+    if (st.n_generated >= n_predict) break;
+    if (model.n_past() >= model.n_ctx()) {
+      st.stop = stop_reason::context_full;
+      break;
+    }
+    next = sample(model.decode(next));
+    const auto t = clock::now();
+    st.decode_ms += ms(t - t_prev);
+    t_prev = t;
+  }
+  if (auto tail = detok.flush(); !tail.empty()) on_text(std::string_view(tail));
+  return st;
+}
+
+}  // namespace kestrel

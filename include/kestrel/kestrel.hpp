@@ -1,0 +1,35 @@
+// kestrel/kestrel.hpp: the one public header.
+//
+//   #include <kestrel/kestrel.hpp>
+//   auto file = kestrel::load_model_file("stories260K.gguf");
+//   kestrel::llama_model<> model(file.weights, /*n_ctx=*/0, kestrel::cpu_backend(2));
+//   kestrel::spm_tokenizer tok(file.vocab);
+//   kestrel::sampler_chain sampler({.temperature = 0.8f, .seed = 42});
+//   auto prompt = tok.encode("Once upon a time", /*add_bos=*/true);
+//   kestrel::generate(model, sampler, tok, prompt, 64, [](std::string_view s) { std::cout << s; });
+#pragma once
+
+#include "kestrel/core/buffer.hpp"
+#include "kestrel/core/dtype.hpp"
+#include "kestrel/core/error.hpp"
+#include "kestrel/core/extents.hpp"
+#include "kestrel/core/mmap.hpp"
+#include "kestrel/core/tensor.hpp"
+#include "kestrel/core/token.hpp"
+#include "kestrel/cpu/kernels.hpp"
+#include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/engine/generate.hpp"
+#include "kestrel/io/gguf.hpp"
+#include "kestrel/io/llama2c.hpp"
+#include "kestrel/kv/concepts.hpp"
+#include "kestrel/kv/contiguous.hpp"
+#include "kestrel/model/backend.hpp"
+#include "kestrel/model/config.hpp"
+#include "kestrel/model/llama.hpp"
+#include "kestrel/model/load.hpp"
+#include "kestrel/model/weights.hpp"
+#include "kestrel/sampler/samplers.hpp"
+#include "kestrel/tokenizer/detokenizer.hpp"
+#include "kestrel/tokenizer/gguf_vocab.hpp"
+#include "kestrel/tokenizer/llama2c_vocab.hpp"
+#include "kestrel/tokenizer/spm.hpp"

@@ -1,0 +1,112 @@
+// kestrel/model/backend.hpp: the Backend concept and the CPU backends.
+//
+// What it models: where the model's arithmetic runs. A backend provides the
+// handful of operations a decoder layer is made of, over f32 activations and
+// weights whose element type is a run-time fact (`weight_view::type`).
+//
+// Required expressions, for a backend `b`, weights `w`, activations `x`, `y`:
+//   b.matvec(w, x, y)                    y(rows) = W x                      -- decode
+//   b.matmul(w, x, n, y)                 Y(n, rows) = X(n, cols) W^T        -- prefill
+//   b.row_to_f32(w, row, y)              embedding lookup
+//   b.rmsnorm(y, x, weight, n, eps), b.rope(x, n_heads, head_dim, n_rot, pos, theta),
+//   b.swiglu(y, gate, up, n), b.add(y, x, n),
+//   b.attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch)
+//   b.parallel_for(n, f)                 f(begin, end) over a split of [0, n)
+//   b.n_threads()                        -> std::size_t
+//
+// Semantics: every operation has the meaning of its scalar twin in
+// cpu/ref/; a backend may reorder floating-point sums (tolerances in the
+// tests are derived for that) but nothing else.
+//
+// Models: cpu_backend (xsimd kernels on a persistent thread pool) and
+// cpu_ref_backend (the scalar twins, one thread), both below. The CUDA
+// backend will model the same concept.
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <memory>
+#include <string_view>
+
+#include "kestrel/core/tensor.hpp"
+#include "kestrel/cpu/kernels.hpp"
+#include "kestrel/cpu/ref/kernels.hpp"
+#include "kestrel/cpu/thread_pool.hpp"
+
+namespace kestrel {
+
+namespace detail {
+struct range_fn {
+  void operator()(std::size_t, std::size_t) const {}
+};
+}  // namespace detail
+
+template <class B>
+concept Backend = requires(B& b, const weight_view& w, const float* cx, float* y, std::size_t n, float f) {
+  b.matvec(w, cx, y);
+  b.matmul(w, cx, n, y);
+  b.row_to_f32(w, n, y);
+  b.rmsnorm(y, cx, cx, n, f);
+  b.rope(y, n, n, n, n, f);
+  b.swiglu(y, cx, cx, n);
+  b.add(y, cx, n);
+  b.attend(cx, cx, cx, n, n, n, f, y, y);
+  b.parallel_for(n, detail::range_fn{});
+  { b.n_threads() } -> std::convertible_to<std::size_t>;
+};
+
+/// The xsimd kernels of cpu/ on a persistent pool of `n_threads` threads
+/// (the caller's thread is one of them).
+class cpu_backend {
+ public:
+  explicit cpu_backend(std::size_t n_threads = 1) : pool_(std::make_unique<cpu::thread_pool>(n_threads)) {}
+
+  void matvec(const weight_view& w, const float* x, float* y) { cpu::matvec(w, x, y, pool_.get()); }
+  void matmul(const weight_view& w, const float* x, std::size_t n, float* y) { cpu::matmul(w, x, n, y, pool_.get()); }
+  void row_to_f32(const weight_view& w, std::size_t row, float* y) { cpu::row_to_f32(w, row, y); }
+  void rmsnorm(float* y, const float* x, const float* weight, std::size_t n, float eps) { cpu::rmsnorm(y, x, weight, n, eps); }
+  void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t n_rot, std::size_t pos, float theta) {
+    cpu::rope(x, n_heads, head_dim, n_rot, pos, theta);
+  }
+  void swiglu(float* y, const float* gate, const float* up, std::size_t n) { cpu::swiglu(y, gate, up, n); }
+  void add(float* y, const float* x, std::size_t n) { cpu::add(y, x, n); }
+  void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
+              std::size_t kv_stride, float scale, float* out, float* scratch) {
+    cpu::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
+  }
+  template <class F>
+  void parallel_for(std::size_t n, F&& f) { pool_->parallel_for(n, std::forward<F>(f)); }
+  std::size_t n_threads() const noexcept { return pool_->size(); }
+
+ private:
+  std::unique_ptr<cpu::thread_pool> pool_;  // behind a pointer so the backend can move into a model
+};
+
+/// The scalar twins of cpu/ref/, single-threaded: the reference the fast
+/// backend is tested against, end to end.
+class cpu_ref_backend {
+ public:
+  explicit cpu_ref_backend(std::size_t = 1) {}
+
+  void matvec(const weight_view& w, const float* x, float* y) { cpu::ref::matvec(w, x, y, nullptr); }
+  void matmul(const weight_view& w, const float* x, std::size_t n, float* y) { cpu::ref::matmul(w, x, n, y, nullptr); }
+  void row_to_f32(const weight_view& w, std::size_t row, float* y) { cpu::ref::row_to_f32(w, row, y); }
+  void rmsnorm(float* y, const float* x, const float* weight, std::size_t n, float eps) { cpu::ref::rmsnorm(y, x, weight, n, eps); }
+  void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t n_rot, std::size_t pos, float theta) {
+    cpu::ref::rope(x, n_heads, head_dim, n_rot, pos, theta);
+  }
+  void swiglu(float* y, const float* gate, const float* up, std::size_t n) { cpu::ref::swiglu(y, gate, up, n); }
+  void add(float* y, const float* x, std::size_t n) { cpu::ref::add(y, x, n); }
+  void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
+              std::size_t kv_stride, float scale, float* out, float* scratch) {
+    cpu::ref::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
+  }
+  template <class F>
+  void parallel_for(std::size_t n, F&& f) { if (n) f(std::size_t{0}, n); }
+  std::size_t n_threads() const noexcept { return 1; }
+};
+
+static_assert(Backend<cpu_backend>);
+static_assert(Backend<cpu_ref_backend>);
+
+}  // namespace kestrel

@@ -1,0 +1,71 @@
+// kestrel/model/weights.hpp: views of a llama-family model's weights.
+//
+// The views point into a file mapping (zero copy); `owner` keeps that
+// mapping alive for as long as any copy of the weights exists.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kestrel/core/error.hpp"
+#include "kestrel/core/tensor.hpp"
+#include "kestrel/model/config.hpp"
+
+namespace kestrel {
+
+struct llama_layer_weights {
+  const float* attn_norm = nullptr;  // (n_embd)
+  weight_view wq;                    // (n_embd, n_embd)
+  weight_view wk;                    // (kv_dim, n_embd)
+  weight_view wv;                    // (kv_dim, n_embd)
+  weight_view wo;                    // (n_embd, n_embd)
+  const float* ffn_norm = nullptr;   // (n_embd)
+  weight_view ffn_gate;              // (n_ff, n_embd)   w1 in llama2.c
+  weight_view ffn_up;                // (n_ff, n_embd)   w3
+  weight_view ffn_down;              // (n_embd, n_ff)   w2
+};
+
+struct llama_weights {
+  llama_hparams hparams;
+  weight_view token_embd;            // (n_vocab, n_embd)
+  std::vector<llama_layer_weights> layers;
+  const float* output_norm = nullptr;  // (n_embd)
+  weight_view output;                // (n_vocab, n_embd); the same memory as token_embd when tied
+  std::shared_ptr<const void> owner;  // keeps the file mapping alive
+
+  /// Checks every matrix's shape against the hyperparameters.
+  void validate(const std::string& source) const {
+    const auto& hp = hparams;
+    auto check = [&](const weight_view& w, std::size_t rows, std::size_t cols, const std::string& name) {
+      if (!w.data) throw invalid_argument(source + ": missing tensor " + name);
+      if (w.rows != rows || w.cols != cols)
+        throw invalid_argument(source + ": tensor " + name + " has shape (" + std::to_string(w.rows) + ", " +
+                               std::to_string(w.cols) + "), expected (" + std::to_string(rows) + ", " +
+                               std::to_string(cols) + ")");
+    };
+    auto need = [&](const float* p, const std::string& name) {
+      if (!p) throw invalid_argument(source + ": missing tensor " + name);
+    };
+    check(token_embd, hp.n_vocab, hp.n_embd, "token_embd");
+    check(output, hp.n_vocab, hp.n_embd, "output");
+    need(output_norm, "output_norm");
+    if (layers.size() != hp.n_layer)
+      throw invalid_argument(source + ": " + std::to_string(layers.size()) + " layers, expected " + std::to_string(hp.n_layer));
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const auto& L = layers[l];
+      const std::string b = "blk." + std::to_string(l) + ".";
+      need(L.attn_norm, b + "attn_norm");
+      need(L.ffn_norm, b + "ffn_norm");
+      check(L.wq, hp.n_embd, hp.n_embd, b + "attn_q");
+      check(L.wk, hp.kv_dim(), hp.n_embd, b + "attn_k");
+      check(L.wv, hp.kv_dim(), hp.n_embd, b + "attn_v");
+      check(L.wo, hp.n_embd, hp.n_embd, b + "attn_output");
+      check(L.ffn_gate, hp.n_ff, hp.n_embd, b + "ffn_gate");
+      check(L.ffn_up, hp.n_ff, hp.n_embd, b + "ffn_up");
+      check(L.ffn_down, hp.n_embd, hp.n_ff, b + "ffn_down");
+    }
+  }
+};
+
+}  // namespace kestrel
