@@ -1,0 +1,52 @@
+// kestrel/cpu/attend.hpp: attention of one query head over cached K/V
+// positions (decode; prefill per token with causal n_kv = pos + 1).
+#pragma once
+
+#include <cstddef>
+
+#include "kestrel/cpu/dot.hpp"
+#include "kestrel/cpu/softmax.hpp"
+#include "kestrel/cpu/xsimd_compat.hpp"
+
+namespace kestrel::cpu {
+
+/// scores[t] = scale * dot(q, k_t); p = softmax(scores);
+/// out = sum_t p[t] * v_t.
+/// q: (head_dim); k, v: (n_kv, kv_stride), first head_dim of each row used
+/// (kv_stride lets the caller point into an interleaved cache of all kv
+/// heads); out: (head_dim); scratch: (n_kv), receives p.
+/// n_kv == 0 gives out = 0.
+inline void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
+                   std::size_t kv_stride, float scale, float* out, float* scratch) noexcept {
+  for (std::size_t t = 0; t < n_kv; ++t) scratch[t] = scale * dot(q, k + t * kv_stride, head_dim);
+  softmax(scratch, n_kv);
+
+  // out accumulates one v row at a time, a register-width strip of out per
+  // pass, so out stays in registers while the v rows stream through.
+  constexpr std::size_t W = simd::width;
+  std::size_t j = 0;
+  for (; j + 2 * W <= head_dim; j += 2 * W) {
+    simd::fbatch a0(0.0f), a1(0.0f);
+    for (std::size_t t = 0; t < n_kv; ++t) {
+      const simd::fbatch p(scratch[t]);
+      const float* vt = v + t * kv_stride + j;
+      a0 = xsimd::fma(p, simd::fbatch::load_unaligned(vt), a0);
+      a1 = xsimd::fma(p, simd::fbatch::load_unaligned(vt + W), a1);
+    }
+    a0.store_unaligned(out + j);
+    a1.store_unaligned(out + j + W);
+  }
+  for (; j + W <= head_dim; j += W) {
+    simd::fbatch a(0.0f);
+    for (std::size_t t = 0; t < n_kv; ++t)
+      a = xsimd::fma(simd::fbatch(scratch[t]), simd::fbatch::load_unaligned(v + t * kv_stride + j), a);
+    a.store_unaligned(out + j);
+  }
+  for (; j < head_dim; ++j) {
+    float a = 0.0f;
+    for (std::size_t t = 0; t < n_kv; ++t) a += scratch[t] * v[t * kv_stride + j];
+    out[j] = a;
+  }
+}
+
+}  // namespace kestrel::cpu

@@ -1,0 +1,283 @@
+// tests/cpu/test_kernels.cpp: the element-wise kernels, dot, exp, rope and
+// attend against their scalar twins in kestrel::cpu::ref.
+//
+// Every tolerance below is derived from rounding-error bounds (u = 2^-24,
+// gamma_n = n u / (1 - n u)); the comment above each says how. Fast and
+// reference kernels are each within a bound B of the exact result, so they
+// are within 2B of each other.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "helpers.hpp"
+#include "kestrel/cpu/kernels.hpp"
+#include "kestrel/cpu/ref/kernels.hpp"
+
+namespace cpu = kestrel::cpu;
+namespace ref = kestrel::cpu::ref;
+using kestrel::test::gamma_n;
+using kestrel::test::random_floats;
+using kestrel::test::sizes;
+using kestrel::test::u;
+
+namespace {
+
+// glibc's expf is within 1 ulp, i.e. a relative error <= 2u.
+constexpr double ref_exp_rel_error = 2 * u;
+
+}  // namespace
+
+TEST_CASE("cpu: simd width follows the compile flags") {
+  MESSAGE("xsimd " << XSIMD_VERSION_MAJOR << "." << XSIMD_VERSION_MINOR << ", arch " << std::string(xsimd::default_arch::name())
+                   << ", " << cpu::simd::width << " floats per batch");
+  CHECK(cpu::simd::width >= 1);
+}
+
+TEST_CASE("cpu: exp meets its documented error contract") {
+  // Dense sweep of the normal range: relative error <= exp_rel_error.
+  double worst = 0;
+  const std::size_t W = cpu::simd::width;
+  std::vector<float> in(W), out(W);
+  const float lo = cpu::exp_min_normal_x, hi = cpu::exp_max_x;
+  const std::size_t steps = 1 << 20;
+  for (std::size_t s = 0; s < steps; s += W) {
+    for (std::size_t l = 0; l < W; ++l) in[l] = lo + (hi - lo) * static_cast<float>(s + l) / steps;
+    cpu::exp(cpu::simd::fbatch::load_unaligned(in.data())).store_unaligned(out.data());
+    for (std::size_t l = 0; l < W; ++l) {
+      const double e = std::exp(static_cast<double>(in[l]));
+      worst = std::max(worst, std::fabs(out[l] - e) / e);
+    }
+  }
+  MESSAGE("exp: worst relative error " << worst / u << " u");
+  CHECK(worst <= cpu::exp_rel_error);
+  // Below the normal range: in [0, 2^-126]; -inf gives 0.
+  for (float x : {-87.5f, -90.0f, -104.0f, -1000.0f, -std::numeric_limits<float>::infinity()}) {
+    const float e = cpu::exp(cpu::simd::fbatch(x)).get(0);
+    CHECK(e >= 0.0f);
+    CHECK(e <= std::ldexp(1.0f, -126));
+  }
+  CHECK(cpu::exp(cpu::simd::fbatch(0.0f)).get(0) == 1.0f);
+}
+
+TEST_CASE("cpu: dot == ref::dot") {
+  // Any summation order of the n products is within gamma_n sum |a_i b_i| of
+  // the exact dot product, so fast and ref are within 2 gamma_n sum |a_i b_i|.
+  for (std::size_t n : sizes()) {
+    const auto a = random_floats(n, 1 + n), b = random_floats(n, 1000 + n);
+    double abs_sum = 0;
+    for (std::size_t i = 0; i < n; ++i) abs_sum += std::fabs(double(a[i]) * b[i]);
+    const float got = cpu::dot(a.data(), b.data(), n), want = ref::dot(a.data(), b.data(), n);
+    INFO("n = " << n);
+    CHECK(std::fabs(double(got) - want) <= 2 * gamma_n(n) * abs_sum);
+  }
+}
+
+TEST_CASE("cpu: add == ref::add (exact)") {
+  // One rounding of the same operands: bit-identical.
+  for (std::size_t n : sizes()) {
+    auto y1 = random_floats(n, 7 + n), y2 = y1;
+    const auto x = random_floats(n, 70 + n);
+    cpu::add(y1.data(), x.data(), n);
+    ref::add(y2.data(), x.data(), n);
+    INFO("n = " << n);
+    CHECK(y1 == y2);
+  }
+}
+
+TEST_CASE("cpu: rmsnorm == ref::rmsnorm, also in place") {
+  // Both sums of squares are within gamma_n (relative: the terms are
+  // positive); /n, +eps, sqrt (halves the error), 1/: scale within
+  // gamma_n/2 + 3u; two multiplies: out within gamma_n/2 + 5u relative.
+  // Fast vs ref: 2x that, plus 2u for second-order terms.
+  const float eps = 1e-5f;
+  for (std::size_t n : sizes()) {
+    const auto x = random_floats(n, 11 + n, -3.0f, 3.0f), w = random_floats(n, 110 + n);
+    std::vector<float> got(n), want(n);
+    cpu::rmsnorm(got.data(), x.data(), w.data(), n, eps);
+    ref::rmsnorm(want.data(), x.data(), w.data(), n, eps);
+    std::vector<double> tol(n);
+    for (std::size_t i = 0; i < n; ++i) tol[i] = (gamma_n(n) + 12 * u) * std::fabs(want[i]);
+    kestrel::test::check_within(got.data(), want.data(), tol, n);
+    auto in_place = x;
+    cpu::rmsnorm(in_place.data(), in_place.data(), w.data(), n, eps);
+    CHECK(in_place == got);
+  }
+}
+
+namespace {
+
+/// Tolerance of fast vs ref softmax, per element, relative to p:
+/// exp errors E (fast) and E_r (ref) per term; the sums within gamma_n plus
+/// the exps' error (positive terms); the divide (ref) or reciprocal and
+/// multiply (fast): p_fast within 2E + gamma_n + 2u, p_ref within
+/// 2E_r + gamma_n + u. The absolute term covers results the fast exp flushes
+/// to zero below 2^-126.
+double softmax_rel_tol(std::size_t n) { return 2 * cpu::exp_rel_error + 2 * ref_exp_rel_error + 2 * gamma_n(n) + 4 * u; }
+constexpr double softmax_abs_tol = 1e-37;
+
+}  // namespace
+
+TEST_CASE("cpu: softmax == ref::softmax") {
+  for (std::size_t n : sizes()) {
+    for (float range : {1.0f, 30.0f, 200.0f}) {  // 200: some terms underflow
+      auto got = random_floats(n, 21 + n, -range, range), want = got;
+      if (n > 3) got[n / 2] = want[n / 2] = -std::numeric_limits<float>::infinity();  // a masked score
+      cpu::softmax(got.data(), n);
+      ref::softmax(want.data(), n);
+      std::vector<double> tol(n);
+      for (std::size_t i = 0; i < n; ++i) tol[i] = softmax_rel_tol(n) * want[i] + softmax_abs_tol;
+      INFO("range " << range);
+      kestrel::test::check_within(got.data(), want.data(), tol, n);
+      double sum = 0;
+      for (float p : got) sum += p;
+      if (n) CHECK(std::fabs(sum - 1.0) <= softmax_rel_tol(n));
+    }
+  }
+  cpu::softmax(nullptr, 0);  // n == 0 touches nothing
+}
+
+TEST_CASE("cpu: swiglu == ref::swiglu, also in place") {
+  // exp(-g) within E; 1 + e within E + u relative; the divide and the
+  // multiply by up: 2u. Fast within E + 3u, ref within E_r + 3u relative.
+  // Absolute term: for g < -88.3 the fast exp may overflow to inf, giving
+  // -0 where the reference gives |g| e^g |up| < 1e-36 |up|.
+  for (std::size_t n : sizes()) {
+    for (float range : {8.0f, 100.0f}) {
+      const auto g = random_floats(n, 31 + n, -range, range), up = random_floats(n, 310 + n);
+      std::vector<float> got(n), want(n);
+      cpu::swiglu(got.data(), g.data(), up.data(), n);
+      ref::swiglu(want.data(), g.data(), up.data(), n);
+      std::vector<double> tol(n);
+      for (std::size_t i = 0; i < n; ++i)
+        tol[i] = (cpu::exp_rel_error + ref_exp_rel_error + 6 * u) * std::fabs(want[i]) + 1e-36 * std::fabs(up[i]);
+      INFO("range " << range);
+      kestrel::test::check_within(got.data(), want.data(), tol, n);
+      auto in_place = g;
+      cpu::swiglu(in_place.data(), in_place.data(), up.data(), n);
+      CHECK(in_place == got);
+    }
+  }
+}
+
+TEST_CASE("cpu: rope == ref::rope") {
+  // Both use the same cos/sin (cpu::rope_cos_sin); each output a c - b s has
+  // at most two roundings: within gamma_2 (|a c| + |b s|) of exact.
+  struct shape { std::size_t n_heads, head_dim, n_rot; };
+  for (auto [n_heads, head_dim, n_rot] :
+       {shape{1, 2, 2}, shape{1, 64, 64}, shape{6, 48, 48}, shape{4, 128, 128}, shape{2, 128, 64}, shape{3, 80, 32},
+        shape{2, 512, 512}, shape{1, 8, 0}}) {
+    for (std::size_t pos : {0, 1, 7, 100, 4095}) {
+      const std::size_t n = n_heads * head_dim;
+      const auto x = random_floats(n, static_cast<std::uint32_t>(41 + pos + n));
+      auto got = x, want = x;
+      cpu::rope(got.data(), n_heads, head_dim, n_rot, pos, 10000.0f);
+      ref::rope(want.data(), n_heads, head_dim, n_rot, pos, 10000.0f);
+      std::vector<double> tol(n, 0.0);
+      for (std::size_t h = 0; h < n_heads; ++h)
+        for (std::size_t i = 0; i < n_rot / 2; ++i) {
+          float c, s;
+          cpu::rope_cos_sin(pos, i, n_rot, 10000.0f, c, s);
+          const std::size_t j = h * head_dim + 2 * i;
+          const double t = 2 * gamma_n(2) * (std::fabs(x[j] * c) + std::fabs(x[j + 1] * s) +
+                                           std::fabs(x[j] * s) + std::fabs(x[j + 1] * c));
+          tol[j] = tol[j + 1] = t;
+        }
+      INFO("n_heads " << n_heads << " head_dim " << head_dim << " n_rot " << n_rot << " pos " << pos);
+      kestrel::test::check_within(got.data(), want.data(), tol, n);
+      // Dims past n_rot are untouched.
+      for (std::size_t h = 0; h < n_heads; ++h)
+        for (std::size_t d = n_rot; d < head_dim; ++d) CHECK(got[h * head_dim + d] == x[h * head_dim + d]);
+    }
+  }
+}
+
+TEST_CASE("cpu: rope angles follow llama2.c") {
+  // llama2.c: for even j < head_size, freq = 1 / powf(10000, (j % head_size) / (float)head_size).
+  const std::size_t head_size = 64, pos = 37;
+  for (std::size_t j = 0; j < head_size; j += 2) {
+    const float freq = 1.0f / std::pow(10000.0f, static_cast<float>(j % head_size) / static_cast<float>(head_size));
+    const float val = static_cast<float>(pos) * freq;
+    float c, s;
+    cpu::rope_cos_sin(pos, j / 2, head_size, 10000.0f, c, s);
+    CHECK(c == std::cos(val));
+    CHECK(s == std::sin(val));
+  }
+}
+
+TEST_CASE("cpu: row_to_f32 is exact for every f16 and bf16 value") {
+  // One row holding all 65536 bit patterns; NaNs only need to stay NaN
+  // (F16C quiets signalling NaNs).
+  const std::size_t n = 65536;
+  // Twice the room needed: visit_weight also instantiates the f32 path,
+  // whose reads GCC would otherwise flag as out of bounds.
+  std::vector<std::uint16_t> bits(2 * n);
+  for (std::size_t i = 0; i < n; ++i) bits[i] = static_cast<std::uint16_t>(i);
+  for (kestrel::dtype t : {kestrel::dtype::f16, kestrel::dtype::bf16}) {
+    kestrel::weight_view w{t, bits.data(), 1, n};
+    std::vector<float> got(n), want(n);
+    cpu::row_to_f32(w, 0, got.data());
+    ref::row_to_f32(w, 0, want.data());
+    std::size_t bad = 0;
+    for (std::size_t i = 0; i < n; ++i)
+      if (!(std::isnan(want[i]) ? std::isnan(got[i]) : std::bit_cast<std::uint32_t>(got[i]) == std::bit_cast<std::uint32_t>(want[i])))
+        ++bad;
+    INFO(kestrel::name_of(t));
+    CHECK(bad == 0);
+  }
+  // Rows of every tail length, in the middle of a matrix, all dtypes.
+  for (kestrel::dtype t : {kestrel::dtype::f32, kestrel::dtype::f16, kestrel::dtype::bf16})
+    for (std::size_t cols : sizes()) {
+      kestrel::test::random_weight w(t, 3, cols, static_cast<std::uint32_t>(cols));
+      std::vector<float> got(cols);
+      cpu::row_to_f32(w.view, 1, got.data());
+      INFO(kestrel::name_of(t) << " cols " << cols);
+      CHECK(std::equal(got.begin(), got.end(), w.values.begin() + static_cast<std::ptrdiff_t>(cols)));
+    }
+}
+
+TEST_CASE("cpu: attend == ref::attend") {
+  // Scores: each within gamma_d |scale| sum_i |q_i k_ti| (dot) plus u |s_t|
+  // (the scale multiply) of exact; fast vs ref differ by at most
+  // D = 2 max_t (gamma_d |scale| sum |q k_t| + u |s_t|). Shifting the scores
+  // by at most D changes each p_t by a factor within [e^-2D, e^2D]; softmax's
+  // own rounding adds softmax_rel_tol. With rho = (e^2D - 1) + softmax_rel_tol
+  // the weights differ by rho p_t, and the weighted sums (n_kv terms, FMA or
+  // not) by gamma_{n_kv}: |out_f - out_r| <= (rho (1 + rho) + 2 gamma_{n_kv}) sum_t p_t |v_tj|.
+  for (std::size_t head_dim : {1, 3, 16, 64, 67, 128}) {
+    for (std::size_t n_kv : {0, 1, 2, 5, 17, 100, 300}) {
+      for (std::size_t kv_stride : {head_dim, 3 * head_dim + 1}) {
+        const auto seed = static_cast<std::uint32_t>(head_dim * 1000 + n_kv * 10 + kv_stride);
+        const auto q = random_floats(head_dim, seed, -3.0f, 3.0f);
+        const auto k = random_floats(n_kv * kv_stride + head_dim, seed + 1, -3.0f, 3.0f);
+        const auto v = random_floats(n_kv * kv_stride + head_dim, seed + 2);
+        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+        std::vector<float> got(head_dim), want(head_dim), s1(n_kv + 1), s2(n_kv + 1);
+        cpu::attend(q.data(), k.data(), v.data(), n_kv, head_dim, kv_stride, scale, got.data(), s1.data());
+        ref::attend(q.data(), k.data(), v.data(), n_kv, head_dim, kv_stride, scale, want.data(), s2.data());
+        double d = 0;
+        for (std::size_t t = 0; t < n_kv; ++t) {
+          double qk = 0, s = 0;
+          for (std::size_t i = 0; i < head_dim; ++i) {
+            qk += std::fabs(double(q[i]) * k[t * kv_stride + i]);
+            s += double(q[i]) * k[t * kv_stride + i];
+          }
+          d = std::max(d, 2 * (gamma_n(head_dim) * scale * qk + u * std::fabs(scale * s)));
+        }
+        const double rho = std::expm1(2 * d) + softmax_rel_tol(n_kv);
+        std::vector<double> tol(head_dim);
+        for (std::size_t j = 0; j < head_dim; ++j) {
+          double pv = 0;
+          for (std::size_t t = 0; t < n_kv; ++t) pv += s2[t] * std::fabs(v[t * kv_stride + j]);
+          tol[j] = (rho * (1 + rho) + 2 * gamma_n(n_kv)) * pv + softmax_abs_tol;
+        }
+        INFO("head_dim " << head_dim << " n_kv " << n_kv << " kv_stride " << kv_stride);
+        kestrel::test::check_within(got.data(), want.data(), tol, head_dim);
+      }
+    }
+  }
+}
