@@ -56,6 +56,13 @@ inline spm_vocab parse_llama2c_tokenizer(std::span<const std::byte> bytes, const
     v.pieces.emplace_back(reinterpret_cast<const char*>(piece.data()), piece.size());
     v.scores.push_back(score);
   }
+  // The file stores no count: bytes left over mean the model's vocab_size
+  // and this tokenizer disagree (e.g. the 32000-token tokenizer.bin given
+  // to a 512-token model), which would silently mis-decode.
+  if (in.remaining() != 0)
+    throw file_error(path, in.offset(),
+                     std::to_string(in.remaining()) + " bytes follow the " + std::to_string(n_vocab) +
+                         " tokens the model expects: this tokenizer has a larger vocabulary than the model");
   v.unk = 0;
   v.bos = 1;
   v.eos = 2;
@@ -71,8 +78,8 @@ inline spm_vocab parse_llama2c_tokenizer(std::span<const std::byte> bytes, const
   return v;
 }
 
-/// Reads the first `n_vocab` entries of a llama2.c tokenizer.bin (n_vocab is
-/// the model header's vocab_size: 32000 for tokenizer.bin, 512 for tok512.bin).
+/// Reads a llama2.c tokenizer.bin of exactly `n_vocab` entries (the model
+/// header's vocab_size: 32000 for tokenizer.bin, 512 for tok512.bin).
 inline spm_vocab load_llama2c_tokenizer(const std::filesystem::path& path, std::size_t n_vocab) {
   const mapped_file file(path);
   return parse_llama2c_tokenizer(file.bytes(), file.path(), n_vocab);
