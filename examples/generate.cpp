@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
                                  kestrel::cpu_backend(static_cast<std::size_t>(opt.n_threads)));
     kestrel::sampler_chain sampler(params);
     const auto prompt = tok.encode(opt.prompt, /*add_bos=*/true);
+    if (prompt.size() > model.n_ctx())  // before anything reaches stdout
+      kestrel::cli::die("the prompt is " + std::to_string(prompt.size()) + " tokens, longer than the context length of " +
+                        std::to_string(model.n_ctx()) + " (raise -c or shorten the prompt)");
     std::fwrite(opt.prompt.data(), 1, opt.prompt.size(), stdout);
     std::fflush(stdout);
     const auto st = kestrel::generate(model, sampler, tok, prompt, static_cast<std::size_t>(opt.n_predict),

@@ -9,7 +9,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "kestrel/model/llama.hpp"
@@ -180,4 +182,39 @@ TEST_CASE("files that are not llama models are clear errors") {
   if (const auto bin = test::fixture("llama2c/stories260K.bin"); bin)
     if (const auto tok = test::fixture("llama2c/tokenizer.bin"))  // 32000 pieces for a 512-token model
       CHECK_THROWS_AS(load_model_file(*bin, *tok), error);
+}
+
+TEST_CASE("corrupt and truncated model files: an error or a model that runs, never a crash") {
+  // The io tests cover the readers byte by byte; this covers what the loader
+  // adds on top (shapes, types, tied output, vocabulary) on seeded damage.
+  const auto p = test::fixture("gguf/stories260K.gguf");
+  if (!p) return;
+  const std::string bytes = test::read_file(*p);
+  const auto dir = test::scratch_dir("model-corrupt");
+  const std::size_t tensor_table_end = 14176;  // data offset (GGUF_INSPECTION.txt)
+  std::uint64_t state = 12345;
+  auto next = [&] { return state = state * 6364136223846793005ull + 1442695040888963407ull; };
+  int errors = 0, loaded = 0;
+  for (int i = 0; i < 120; ++i) {
+    std::string copy = bytes;
+    if (i % 3 == 0) {
+      copy.resize(next() % bytes.size());  // truncated anywhere
+    } else {
+      for (int k = 0; k < 1 + i % 4; ++k) copy[next() % tensor_table_end] = static_cast<char>(next() >> 56);
+    }
+    const auto path = dir / ("c" + std::to_string(i) + ".gguf");
+    test::write_file(path, copy);
+    try {
+      const auto f = load_model_file(path);
+      llama_model<> model(f.weights, 16, cpu_backend(1));
+      model.prefill(std::vector<token_id>{1, 2, 3});
+      model.decode(4);
+      ++loaded;
+    } catch (const kestrel::error& e) {
+      CHECK(std::string(e.what()).size() > 10);
+      ++errors;
+    }
+  }
+  CHECK(errors + loaded == 120);
+  CHECK(errors > 40);  // every truncation is an error
 }
