@@ -4,6 +4,7 @@
 
 #include <cstddef>
 
+#include "kestrel/cpu/convert.hpp"
 #include "kestrel/cpu/dot.hpp"
 #include "kestrel/cpu/softmax.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
@@ -42,10 +43,14 @@ inline void attend(const float* q, const float* k, const float* v, std::size_t n
       a = xsimd::fma(simd::fbatch(scratch[t]), simd::fbatch::load_unaligned(v + t * kv_stride + j), a);
     a.store_unaligned(out + j);
   }
-  for (; j < head_dim; ++j) {
-    float a = 0.0f;
-    for (std::size_t t = 0; t < n_kv; ++t) a += scratch[t] * v[t * kv_stride + j];
-    out[j] = a;
+  if (j < head_dim) {  // the last partial strip (all of it when head_dim < W, e.g. 8)
+    const std::size_t m = head_dim - j;
+    simd::fbatch a(0.0f);
+    for (std::size_t t = 0; t < n_kv; ++t)
+      a = xsimd::fma(simd::fbatch(scratch[t]), load_f32_partial(v + t * kv_stride + j, m), a);
+    alignas(64) float tmp[W];
+    a.store_aligned(tmp);
+    for (std::size_t i = 0; i < m; ++i) out[j + i] = tmp[i];
   }
 }
 
