@@ -172,7 +172,7 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
         detail::matmul_block(data + r0 * cols, rows, cols, x, n_tokens, y, r0, r1);
       else
         detail::matmul_block_converted(data, rows, cols, x, n_tokens, y, r0, r1);
-    });
+    }, n_tokens * rows * cols);
   });
 }
 

@@ -72,7 +72,7 @@ inline void matvec(const weight_view& w, const float* x, float* y, thread_pool* 
       const std::size_t r0 = b0 * detail::matvec_row_block;
       const std::size_t r1 = std::min(rows, b1 * detail::matvec_row_block);
       detail::matvec_rows(data, cols, x, y, r0, r1);
-    });
+    }, rows * cols);
   });
 }
 

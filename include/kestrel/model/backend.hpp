@@ -11,7 +11,8 @@
 //   b.rmsnorm(y, x, weight, n, eps), b.rope(x, n_heads, head_dim, n_rot, pos, theta),
 //   b.swiglu(y, gate, up, n), b.add(y, x, n),
 //   b.attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch)
-//   b.parallel_for(n, f)                 f(begin, end) over a split of [0, n)
+//   b.parallel_for(n, f, work)           f(begin, end) over a split of [0, n); `work`
+//                                        (multiply-adds) lets the backend run small jobs inline
 //   b.n_threads()                        -> std::size_t
 //
 // Semantics: every operation has the meaning of its scalar twin in
@@ -51,7 +52,7 @@ concept Backend = requires(B& b, const weight_view& w, const float* cx, float* y
   b.swiglu(y, cx, cx, n);
   b.add(y, cx, n);
   b.attend(cx, cx, cx, n, n, n, f, y, y);
-  b.parallel_for(n, detail::range_fn{});
+  b.parallel_for(n, detail::range_fn{}, n);
   { b.n_threads() } -> std::convertible_to<std::size_t>;
 };
 
@@ -75,7 +76,7 @@ class cpu_backend {
     cpu::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
   }
   template <class F>
-  void parallel_for(std::size_t n, F&& f) { pool_->parallel_for(n, std::forward<F>(f)); }
+  void parallel_for(std::size_t n, F&& f, std::size_t work) { cpu::parallel_for(pool_.get(), n, std::forward<F>(f), work); }
   std::size_t n_threads() const noexcept { return pool_->size(); }
 
  private:
@@ -102,7 +103,7 @@ class cpu_ref_backend {
     cpu::ref::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
   }
   template <class F>
-  void parallel_for(std::size_t n, F&& f) { if (n) f(std::size_t{0}, n); }
+  void parallel_for(std::size_t n, F&& f, std::size_t /*work*/) { if (n) f(std::size_t{0}, n); }
   std::size_t n_threads() const noexcept { return 1; }
 };
 

@@ -162,7 +162,7 @@ class llama_model {
         backend_.attend(q + h * head_dim, keys.base + kvh * head_dim, values.base + kvh * head_dim, pos + 1, head_dim,
                         keys.stride, scale, out + h * head_dim, scores + h * n_ctx_);
       }
-    });
+    }, 2 * n_head * (pos + 1) * head_dim);
   }
 
   void prefill_chunk(std::span<const token_id> tokens, bool all_logits) {
@@ -210,7 +210,7 @@ class llama_model {
           backend_.attend(Q + i * n_embd + h * head_dim, keys.base + kvh * head_dim, values.base + kvh * head_dim,
                           pos0 + i + 1, head_dim, keys.stride, scale, ATT + i * n_embd + h * head_dim, scores.data());
         }
-      });
+      }, n * n_head * (pos0 + n) * head_dim);  // ~2 multiply-adds per (query, key) pair and dim, causal half
       backend_.matmul(L.wo, ATT, n, XB);
       backend_.add(X, XB, n * n_embd);
       // feed-forward block
