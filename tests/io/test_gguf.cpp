@@ -42,6 +42,17 @@ fs::path write_scratch(const std::string& name, const std::string& bytes) {
   return p;
 }
 
+/// A tensor's data pointer is aligned for its elements (f32, f16, f64 are
+/// read in place by the kernels) and, for block types, for the f16/f32
+/// scales inside each block: it follows from general.alignment % 8 == 0 and
+/// offsets that are multiples of the alignment.
+void check_element_alignment(const kestrel::io::gguf_tensor_info& t) {
+  CAPTURE(t.name);
+  const auto addr = reinterpret_cast<std::uintptr_t>(t.data);
+  CHECK(addr % 8 == 0);
+  if (kestrel::io::block_size_of(t.type) == 1) CHECK(addr % kestrel::io::type_size_of(t.type) == 0);
+}
+
 // --- GGUF_INSPECTION.txt, parsed just far enough to check every fixture ----
 
 struct inspected_kv {
@@ -200,6 +211,7 @@ void check_against_inspection(const gguf_file& g, const inspected_file& f) {
     CHECK(got.offset == f.data_offset + want.offset);
     CHECK(got.data == g.file().data() + got.offset);
     CHECK(reinterpret_cast<std::uintptr_t>(got.data) % g.alignment() == 0);
+    check_element_alignment(got);
     CHECK(g.find_tensor(want.name) == &got);
   }
 }
@@ -430,7 +442,7 @@ std::string all_types_file(std::uint32_t version, std::uint32_t align) {
 
 TEST_CASE("gguf: in-memory file with every value type, v2 and v3, custom alignment") {
   for (std::uint32_t version : {2u, 3u}) {
-    for (std::uint32_t align : {0u, 1u, 8u, 64u, 4096u}) {
+    for (std::uint32_t align : {0u, 8u, 16u, 64u, 4096u}) {
       CAPTURE(version);
       CAPTURE(align);
       const auto bytes = all_types_file(version, align);
@@ -520,6 +532,7 @@ TEST_CASE("gguf: in-memory file with every value type, v2 and v3, custom alignme
       CHECK(q40.size_bytes == 2 * 18);
       for (const auto& t : g.tensors()) {
         CHECK(reinterpret_cast<std::uintptr_t>(t.data) % a == 0);
+        check_element_alignment(t);
         // The data pointer really is the bytes at the offset in the file.
         CHECK(std::memcmp(t.data, bytes.data() + t.offset, t.size_bytes) == 0);
         CHECK(t.bytes().size() == t.size_bytes);
@@ -652,7 +665,15 @@ TEST_CASE("gguf: malformed headers, metadata and tensor tables") {
     w.header(3, 0, 1).kv("k", 4, std::uint16_t{1});
     expect_error("truncated_value", w.bytes, {"truncated", "value of key 'k'"});
   }
-  for (std::uint64_t bad : {0ull, 3ull, 48ull, 1ull << 31}) {
+  for (std::uint64_t bad : {1ull, 2ull, 4ull}) {
+    // Powers of two below 8: the spec requires a multiple of 8, or an f32
+    // tensor's data could start at an odd address.
+    w = {};
+    w.header(3, 0, 1).kv("general.alignment", 4, static_cast<std::uint32_t>(bad));
+    expect_error("alignment_" + std::to_string(bad), w.bytes,
+                 {"general.alignment is " + std::to_string(bad) + ", expected a multiple of 8"});
+  }
+  for (std::uint64_t bad : {0ull, 3ull, 12ull, 48ull, 1ull << 31}) {
     w = {};
     w.header(3, 0, 1).kv("general.alignment", 4, static_cast<std::uint32_t>(bad));
     if (bad == 1ull << 31) {

@@ -157,7 +157,7 @@ struct gguf_tensor_info {
   ggml_type type = ggml_type::f32;
   std::uint64_t offset = 0;         // absolute byte offset in the file
   std::uint64_t size_bytes = 0;     // from dims and the type's block size
-  const std::byte* data = nullptr;  // into the mmap, aligned to the file's alignment
+  const std::byte* data = nullptr;  // into the mmap, aligned to the file's alignment (>= 8) up to the page size
 
   std::uint64_t n_elements() const noexcept {
     std::uint64_t n = 1;
@@ -624,11 +624,17 @@ inline void gguf_file::read_alignment() {
   if (e.type == gguf_type::array || !detail::is_integer(e.type))
     fail(e.key_offset, "general.alignment is " + describe(e) + ", expected a u32");
   const auto a = convert<std::uint64_t>(e.type, e.value, e, -1);
-  // Tensor data must be mmap-able at this alignment; a power of two is what
-  // makes pointer alignment meaningful. 1 GiB is far above any real use and
-  // keeps the round-up arithmetic free of overflow.
+  // A power of two is what makes pointer alignment meaningful. The spec
+  // requires a multiple of 8: with it (and offsets that are multiples of it,
+  // checked in parse_tensor), every tensor's data pointer is aligned for its
+  // f32/f16/f64 elements, which the kernels' scalar tails read directly.
+  // 1 GiB is far above any real use and keeps the round-up arithmetic free
+  // of overflow.
   if (a == 0 || (a & (a - 1)) != 0 || a > (std::uint64_t{1} << 30))
-    fail(e.value, "general.alignment is " + std::to_string(a) + ", expected a power of two from 1 to 2^30");
+    fail(e.value, "general.alignment is " + std::to_string(a) + ", expected a power of two from 8 to 2^30");
+  if (a % 8 != 0)
+    fail(e.value, "general.alignment is " + std::to_string(a) +
+                      ", expected a multiple of 8 (the GGUF spec requires it; tensor data would be misaligned)");
   alignment_ = static_cast<std::size_t>(a);
 }
 
