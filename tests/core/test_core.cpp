@@ -64,4 +64,19 @@ TEST_CASE("mapped_file and byte_reader give clear errors") {
   CHECK_THROWS_WITH_AS(r.read<std::uint32_t>("second"),
                        (f.path() + ": offset 4: truncated: reading second needs 4 bytes, 2 left").c_str(), file_error);
   CHECK_THROWS_AS(r.seek(7, "x"), file_error);
+
+  // `what` may be a callable: it is called only to build a failure's message.
+  byte_reader lazy(f.bytes(), f.path());
+  int built = 0;
+  auto what = [&] {
+    ++built;
+    return std::string("lazy field");
+  };
+  CHECK(lazy.read<std::uint16_t>(what) == 1u);
+  lazy.skip(2, what);
+  CHECK(built == 0);
+  CHECK_THROWS_WITH_AS(lazy.take(3, what),
+                       (f.path() + ": offset 4: truncated: reading lazy field needs 3 bytes, 2 left").c_str(), file_error);
+  CHECK(built == 1);
+  CHECK_THROWS_WITH_AS(lazy.fail(5, "bad byte"), (f.path() + ": offset 5: bad byte").c_str(), file_error);
 }

@@ -6,10 +6,12 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -84,8 +86,24 @@ class mapped_file {
   std::size_t size_ = 0;
 };
 
+namespace detail {
+
+/// What a read was for, as text: `what` is either text or a callable that
+/// returns it. The callable form builds its message only when a check fails,
+/// so a parser's hot loop (one read per vocabulary string) does no string work.
+template <class What>
+std::string describe_read(What&& what) {
+  if constexpr (std::is_invocable_v<What&>)
+    return std::string(what());
+  else
+    return std::string(std::string_view(what));
+}
+
+}  // namespace detail
+
 /// Bounds-checked little-endian reads from a byte range; every failure names
-/// the file and the offset. Used by all file parsers.
+/// the file, the offset and what was being read. Used by all file parsers.
+/// Each `what` is text or a callable returning text (see describe_read).
 class byte_reader {
  public:
   byte_reader(std::span<const std::byte> bytes, std::string path) : bytes_(bytes), path_(std::move(path)) {}
@@ -96,15 +114,18 @@ class byte_reader {
   const std::string& path() const noexcept { return path_; }
   const std::byte* here() const noexcept { return bytes_.data() + pos_; }
 
-  /// Throws unless `n` more bytes exist; `what` names what was being read.
-  void need(std::size_t n, std::string_view what) const {
+  /// Throws file_error(path, at, what).
+  [[noreturn]] void fail(std::uint64_t at, std::string_view what) const { throw file_error(path_, at, what); }
+
+  /// Throws unless `n` more bytes exist.
+  template <class What>
+  void need(std::size_t n, What&& what) const {
     if (n > remaining())
-      throw file_error(path_, pos_,
-                       "truncated: reading " + std::string(what) + " needs " + std::to_string(n) + " bytes, " +
-                           std::to_string(remaining()) + " left");
+      fail(pos_, "truncated: reading " + detail::describe_read(what) + " needs " + std::to_string(n) + " bytes, " +
+                     std::to_string(remaining()) + " left");
   }
-  template <class T>
-  T read(std::string_view what) {
+  template <class T, class What>
+  T read(What&& what) {
     static_assert(std::is_trivially_copyable_v<T>);
     need(sizeof(T), what);
     T v;
@@ -112,16 +133,23 @@ class byte_reader {
     pos_ += sizeof(T);
     return v;
   }
-  std::span<const std::byte> take(std::size_t n, std::string_view what) {
+  template <class What>
+  std::span<const std::byte> take(std::size_t n, What&& what) {
     need(n, what);
     auto s = bytes_.subspan(pos_, n);
     pos_ += n;
     return s;
   }
-  void seek(std::size_t off, std::string_view what) {
+  template <class What>
+  void skip(std::size_t n, What&& what) {
+    need(n, what);
+    pos_ += n;
+  }
+  template <class What>
+  void seek(std::size_t off, What&& what) {
     if (off > bytes_.size())
-      throw file_error(path_, off, "offset past end of file (" + std::to_string(bytes_.size()) + " bytes) for " +
-                                       std::string(what));
+      fail(off, "offset past end of file (" + std::to_string(bytes_.size()) + " bytes) for " +
+                    detail::describe_read(what));
     pos_ = off;
   }
 

@@ -208,56 +208,19 @@ T load(const std::byte* p) noexcept {
   return v;
 }
 
-/// A cursor over the mapped bytes whose checks build their message only when
-/// they fail (the context is a callable), so the hot loops over vocabulary
-/// strings do no string work.
-class gguf_cursor {
- public:
-  gguf_cursor(const std::byte* base, std::size_t size, const std::string& path)
-      : base_(base), size_(size), path_(path) {}
-
-  std::size_t pos() const noexcept { return pos_; }
-  std::size_t remaining() const noexcept { return size_ - pos_; }
-
-  [[noreturn]] void fail(std::uint64_t at, const std::string& what) const { throw file_error(path_, at, what); }
-
-  template <class Ctx>
-  void need(std::size_t n, Ctx&& ctx) const {
-    if (n > remaining())
-      fail(pos_, "truncated: " + std::string(ctx()) + " needs " + std::to_string(n) + " bytes, only " +
-                     std::to_string(remaining()) + " left");
-  }
-  template <class T, class Ctx>
-  T read(Ctx&& ctx) {
-    need(sizeof(T), ctx);
-    T v = load<T>(base_ + pos_);
-    pos_ += sizeof(T);
-    return v;
-  }
-  template <class Ctx>
-  void skip(std::size_t n, Ctx&& ctx) {
-    need(n, ctx);
-    pos_ += n;
-  }
-  /// u64 length + bytes; the length is checked against the bytes left before use.
-  template <class Ctx>
-  std::string_view string(Ctx&& ctx) {
-    const std::size_t at = pos_;
-    const auto len = read<std::uint64_t>([&] { return "length of " + std::string(ctx()); });
-    if (len > remaining())
-      fail(at, "length " + std::to_string(len) + " of " + std::string(ctx()) + " exceeds the " +
-                   std::to_string(remaining()) + " bytes left in the file");
-    std::string_view s(reinterpret_cast<const char*>(base_ + pos_), static_cast<std::size_t>(len));
-    pos_ += static_cast<std::size_t>(len);
-    return s;
-  }
-
- private:
-  const std::byte* base_;
-  std::size_t size_;
-  const std::string& path_;
-  std::size_t pos_ = 0;
-};
+/// A GGUF string at the reader's position: u64 length + bytes, viewing the
+/// map. The length is checked against the bytes left before use; `ctx` names
+/// the string (text or a callable, built only on failure).
+template <class Ctx>
+std::string_view read_string(byte_reader& c, Ctx&& ctx) {
+  const std::size_t at = c.offset();
+  const auto len = c.read<std::uint64_t>([&] { return "length of " + kestrel::detail::describe_read(ctx); });
+  if (len > c.remaining())
+    c.fail(at, "length " + std::to_string(len) + " of " + kestrel::detail::describe_read(ctx) + " exceeds the " +
+                   std::to_string(c.remaining()) + " bytes left in the file");
+  const auto bytes = c.take(static_cast<std::size_t>(len), "");  // checked above
+  return {reinterpret_cast<const char*>(bytes.data()), bytes.size()};
+}
 
 template <class T> inline constexpr bool dependent_false = false;
 
@@ -457,8 +420,8 @@ class gguf_file {
   }
 
   void parse();
-  void parse_value(detail::gguf_cursor& c, kv_entry& e);
-  void parse_tensor(detail::gguf_cursor& c, std::size_t i);
+  void parse_value(byte_reader& c, kv_entry& e);
+  void parse_tensor(byte_reader& c, std::size_t i);
   void read_alignment();
 
   mapped_file file_;
@@ -476,7 +439,7 @@ class gguf_file {
 // Parsing
 
 inline void gguf_file::parse() {
-  detail::gguf_cursor c(file_.data(), file_.size(), file_.path());
+  byte_reader c(file_.bytes(), file_.path());
 
   // Magic: compare bytes, so the message can show what the file does start with.
   if (file_.size() < 4 || std::memcmp(file_.data(), "GGUF", 4) != 0) {
@@ -493,7 +456,7 @@ inline void gguf_file::parse() {
   }
   c.skip(4, [] { return "magic"; });
 
-  const std::size_t version_at = c.pos();
+  const std::size_t version_at = c.offset();
   version_ = c.read<std::uint32_t>([] { return "version"; });
   if (version_ != 2 && version_ != 3) {
     const std::uint32_t swapped = __builtin_bswap32(version_);
@@ -505,9 +468,9 @@ inline void gguf_file::parse() {
     fail(version_at, "unsupported GGUF version " + std::to_string(version_) + "; expected version 2 or 3");
   }
 
-  const std::size_t n_tensors_at = c.pos();
+  const std::size_t n_tensors_at = c.offset();
   const auto n_tensors = c.read<std::uint64_t>([] { return "tensor count"; });
-  const std::size_t n_kv_at = c.pos();
+  const std::size_t n_kv_at = c.offset();
   const auto n_kv = c.read<std::uint64_t>([] { return "metadata pair count"; });
 
   // Bound both counts by the bytes that follow before reserving anything: a
@@ -527,9 +490,9 @@ inline void gguf_file::parse() {
   index_.reserve(static_cast<std::size_t>(n_kv));
   for (std::uint64_t i = 0; i < n_kv; ++i) {
     kv_entry e{};
-    e.key_offset = c.pos();
-    e.key = c.string([&] { return "key of metadata pair #" + std::to_string(i); });
-    const std::size_t type_at = c.pos();
+    e.key_offset = c.offset();
+    e.key = detail::read_string(c, [&] { return "key of metadata pair #" + std::to_string(i); });
+    const std::size_t type_at = c.offset();
     e.type = static_cast<gguf_type>(
         c.read<std::uint32_t>([&] { return "value type of key '" + std::string(e.key) + "'"; }));
     if (!detail::is_valid(e.type))
@@ -552,7 +515,7 @@ inline void gguf_file::parse() {
 
   // The data section starts at the end of the tensor table rounded up to the
   // alignment (no overflow: pos <= file size and alignment <= 2^30).
-  data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  data_offset_ = (c.offset() + alignment_ - 1) / alignment_ * alignment_;
 
   const std::uint64_t size = file_.size();
   for (std::size_t i = 0; i < tensors_.size(); ++i) {
@@ -569,19 +532,19 @@ inline void gguf_file::parse() {
   }
 }
 
-inline void gguf_file::parse_value(detail::gguf_cursor& c, kv_entry& e) {
+inline void gguf_file::parse_value(byte_reader& c, kv_entry& e) {
   auto key = [&] { return std::string(e.key); };
   e.elem = e.type;
   e.count = 1;
   if (e.type == gguf_type::array) {
-    const std::size_t elem_at = c.pos();
+    const std::size_t elem_at = c.offset();
     e.elem = static_cast<gguf_type>(c.read<std::uint32_t>([&] { return "element type of array '" + key() + "'"; }));
     if (e.elem == gguf_type::array)
       fail(elem_at, "array '" + key() + "' holds arrays; nested arrays are not supported");
     if (!detail::is_valid(e.elem))
       fail(elem_at, "array '" + key() + "' has unknown element type " +
                         std::to_string(static_cast<std::uint32_t>(e.elem)) + ", expected 0..8 or 10..12");
-    const std::size_t count_at = c.pos();
+    const std::size_t count_at = c.offset();
     e.count = c.read<std::uint64_t>([&] { return "length of array '" + key() + "'"; });
     const std::size_t min = detail::min_size(e.elem);
     if (e.count > c.remaining() / min)
@@ -589,12 +552,12 @@ inline void gguf_file::parse_value(detail::gguf_cursor& c, kv_entry& e) {
                          std::string(name_of(e.elem)) + " (at least " + std::to_string(min) +
                          " bytes each), but only " + std::to_string(c.remaining()) + " bytes are left");
   }
-  e.value = c.pos();
+  e.value = c.offset();
 
   if (e.elem == gguf_type::string) {
     for (std::uint64_t i = 0; i < e.count; ++i) {
       // Context strings are built only on failure; this loop runs once per vocabulary entry.
-      c.string([&] {
+      detail::read_string(c, [&] {
         return e.type == gguf_type::array ? "element " + std::to_string(i) + " of array '" + key() + "'"
                                           : "string value of key '" + key() + "'";
       });
@@ -602,7 +565,7 @@ inline void gguf_file::parse_value(detail::gguf_cursor& c, kv_entry& e) {
     return;
   }
   const std::size_t bytes = static_cast<std::size_t>(e.count) * detail::fixed_size(e.elem);  // bounded above
-  const std::size_t start = c.pos();
+  const std::size_t start = c.offset();
   c.skip(bytes, [&] { return "value of key '" + key() + "'"; });
   if (e.elem == gguf_type::bool_) {
     // The spec allows only 0 and 1; anything else means a corrupt file or a buggy writer.
@@ -638,19 +601,19 @@ inline void gguf_file::read_alignment() {
   alignment_ = static_cast<std::size_t>(a);
 }
 
-inline void gguf_file::parse_tensor(detail::gguf_cursor& c, std::size_t i) {
+inline void gguf_file::parse_tensor(byte_reader& c, std::size_t i) {
   gguf_tensor_info t;
-  const std::size_t info_at = c.pos();
-  const auto name = c.string([&] { return "name of tensor #" + std::to_string(i); });
+  const std::size_t info_at = c.offset();
+  const auto name = detail::read_string(c, [&] { return "name of tensor #" + std::to_string(i); });
   auto who = [&] { return "tensor '" + std::string(name) + "'"; };
 
-  const std::size_t n_dims_at = c.pos();
+  const std::size_t n_dims_at = c.offset();
   const auto n_dims = c.read<std::uint32_t>([&] { return "n_dims of " + who(); });
   if (n_dims < 1 || n_dims > 4)
     fail(n_dims_at, who() + " has n_dims " + std::to_string(n_dims) + ", expected 1..4");
 
   t.dims.resize(n_dims);
-  const std::size_t dims_at = c.pos();
+  const std::size_t dims_at = c.offset();
   std::uint64_t n_elements = 1;
   for (std::uint32_t d = 0; d < n_dims; ++d) {
     const auto v = c.read<std::uint64_t>([&] { return "dimension " + std::to_string(d) + " of " + who(); });
@@ -664,11 +627,11 @@ inline void gguf_file::parse_tensor(detail::gguf_cursor& c, std::size_t i) {
     t.dims[d] = v;
   }
 
-  const std::size_t type_at = c.pos();
+  const std::size_t type_at = c.offset();
   t.type = static_cast<ggml_type>(c.read<std::uint32_t>([&] { return "type of " + who(); }));
   if (!is_known(t.type))
     fail(type_at, who() + " has unknown ggml type " + std::to_string(static_cast<std::uint32_t>(t.type)));
-  const std::size_t offset_at = c.pos();
+  const std::size_t offset_at = c.offset();
   t.offset = c.read<std::uint64_t>([&] { return "data offset of " + who(); });
   if (t.offset % alignment_ != 0)
     fail(offset_at, who() + " data offset " + std::to_string(t.offset) + " is not a multiple of the alignment " +
