@@ -101,6 +101,21 @@ TEST_CASE("byte tokens: held back, completed, or replaced by U+FFFD") {
   }
 }
 
+TEST_CASE("utf8_append_sanitized: replaces invalid subparts, holds back or replaces an incomplete tail") {
+  const std::string fffd = "\xEF\xBF\xBD";
+  std::string out = ">";
+  // "a", the overlong C0 80 (two invalid bytes), "€", then an incomplete F0 9F.
+  const std::string bytes = "a\xC0\x80\xE2\x82\xAC\xF0\x9F";
+  CHECK(detail::utf8_append_sanitized(out, bytes) == bytes.size());
+  CHECK(out == ">a" + fffd + fffd + "\xE2\x82\xAC" + fffd);
+  out.clear();
+  CHECK(detail::utf8_append_sanitized(out, bytes, true) == bytes.size() - 2);
+  CHECK(out == "a" + fffd + fffd + "\xE2\x82\xAC");
+  out.clear();
+  CHECK(detail::utf8_append_sanitized(out, "", true) == 0);
+  CHECK(out.empty());
+}
+
 TEST_CASE("control tokens print nothing; the piece after BOS loses its dummy space") {
   const spm_tokenizer* tok = test::llama2_tokenizer();
   if (!tok) return;

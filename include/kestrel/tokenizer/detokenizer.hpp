@@ -67,17 +67,8 @@ class detokenizer {
  private:
   std::string drain(bool final) {
     std::string out;
-    std::string_view rest(pending_);
-    while (!rest.empty()) {
-      const auto r = detail::utf8_classify(rest);
-      if (r.kind == detail::utf8_scan::incomplete && !final) break;  // wait for more bytes
-      if (r.kind == detail::utf8_scan::complete)
-        out.append(rest.substr(0, r.length));
-      else
-        out.append(detail::utf8_replacement);
-      rest.remove_prefix(r.length);
-    }
-    pending_.erase(0, pending_.size() - rest.size());
+    // Unless final, an incomplete character stays pending for the next token.
+    pending_.erase(0, detail::utf8_append_sanitized(out, pending_, !final));
     return out;
   }
 

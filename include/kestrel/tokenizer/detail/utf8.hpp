@@ -60,16 +60,23 @@ constexpr utf8_result utf8_classify(std::string_view s) noexcept {
 inline constexpr std::string_view utf8_replacement = "\xEF\xBF\xBD";  // U+FFFD
 
 /// Appends the valid UTF-8 rendering of `bytes` to `out`: valid characters
-/// as they are, each invalid or incomplete subpart as one U+FFFD.
-inline void utf8_append_sanitized(std::string& out, std::string_view bytes) {
-  while (!bytes.empty()) {
-    const auto r = utf8_classify(bytes);
+/// as they are, each invalid subpart as one U+FFFD. An incomplete character
+/// at the end becomes one U+FFFD too, unless `hold_incomplete_tail`: then it
+/// is left unconsumed (a stream waiting for the rest of it). Returns the
+/// number of bytes consumed: bytes.size(), or less by the held-back tail.
+inline std::size_t utf8_append_sanitized(std::string& out, std::string_view bytes,
+                                         bool hold_incomplete_tail = false) {
+  std::string_view rest = bytes;
+  while (!rest.empty()) {
+    const auto r = utf8_classify(rest);
+    if (r.kind == utf8_scan::incomplete && hold_incomplete_tail) break;
     if (r.kind == utf8_scan::complete)
-      out.append(bytes.substr(0, r.length));
+      out.append(rest.substr(0, r.length));
     else
       out.append(utf8_replacement);
-    bytes.remove_prefix(r.length);
+    rest.remove_prefix(r.length);
   }
+  return bytes.size() - rest.size();
 }
 
 }  // namespace kestrel::detail
