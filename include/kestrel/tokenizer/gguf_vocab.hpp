@@ -54,11 +54,7 @@ inline spm_vocab vocab_from_gguf(const io::gguf_file& f) {
   v.add_bos = f.get_optional<bool>("tokenizer.ggml.add_bos_token").value_or(true);
   v.add_space_prefix = f.get_optional<bool>("tokenizer.ggml.add_space_prefix").value_or(true);
 
-  try {
-    validate(v);
-  } catch (const invalid_argument& e) {
-    throw file_error(path, e.what());
-  }
+  validate_from_file(v, path);
   if (v.types.empty()) derive_types(v);
   return v;
 }

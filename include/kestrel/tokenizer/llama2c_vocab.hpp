@@ -68,11 +68,7 @@ inline spm_vocab parse_llama2c_tokenizer(std::span<const std::byte> bytes, const
   v.eos = 2;
   v.add_bos = true;
   v.add_space_prefix = true;
-  try {
-    validate(v);
-  } catch (const invalid_argument& e) {
-    throw file_error(path, e.what());
-  }
+  validate_from_file(v, path);
   derive_types(v);
   normalize_spaces(v);
   return v;

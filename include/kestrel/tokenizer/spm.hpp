@@ -234,12 +234,7 @@ class spm_tokenizer {
     std::string norm;
     norm.reserve(text.size() + text.size() / 4 + spm_space.size());
     if (vocab_.add_space_prefix) norm += spm_space;
-    for (char c : text) {
-      if (c == ' ')
-        norm += spm_space;
-      else
-        norm += c;
-    }
+    append_spm_escaped(norm, text);
     return norm;
   }
 

@@ -35,6 +35,17 @@ inline constexpr std::int32_t byte = 6;          // "<0xXX>"
 /// U+2581 LOWER ONE EIGHTH BLOCK, SentencePiece's visible stand-in for a space.
 inline constexpr std::string_view spm_space = "\xE2\x96\x81";
 
+/// Appends `text` to `out` with every ' ' written as "▁", the one spelling of
+/// a space that pieces and the encoder's normalised text share.
+inline void append_spm_escaped(std::string& out, std::string_view text) {
+  for (char c : text) {
+    if (c == ' ')
+      out += spm_space;
+    else
+      out += c;
+  }
+}
+
 struct spm_vocab {
   std::vector<std::string> pieces;  // (n_vocab) raw pieces, spaces as "▁"
   std::vector<float> scores;        // (n_vocab) merge priority: higher merges first
@@ -87,12 +98,7 @@ inline void normalize_spaces(spm_vocab& v) {
     if (p.find(' ') == std::string::npos) continue;
     std::string out;
     out.reserve(p.size() + 8);
-    for (char c : p) {
-      if (c == ' ')
-        out += spm_space;
-      else
-        out += c;
-    }
+    append_spm_escaped(out, p);
     p = std::move(out);
   }
 }
@@ -129,6 +135,16 @@ inline void validate(const spm_vocab& v) {
     if (t == token_type::byte && !parse_byte_piece(v.pieces[i]))
       throw invalid_argument("spm_vocab: token " + std::to_string(i) + " is typed byte but its piece \"" +
                              v.pieces[i] + "\" is not <0xXX>");
+  }
+}
+
+/// validate() for a vocabulary read from a file: an inconsistency is the
+/// file's fault, so it becomes a file_error naming `path` (same message).
+inline void validate_from_file(const spm_vocab& v, const std::string& path) {
+  try {
+    validate(v);
+  } catch (const invalid_argument& e) {
+    throw file_error(path, e.what());
   }
 }
 
