@@ -27,7 +27,7 @@ int main(int argc, char** argv) {
     kestrel::llama_model<> model(file.weights, static_cast<std::size_t>(opt.n_ctx),
                                  kestrel::cpu_backend(static_cast<std::size_t>(opt.n_threads)));
     kestrel::sampler_chain sampler(params);
-    const auto prompt = tok.encode(opt.prompt, /*add_bos=*/true);
+    const auto prompt = tok.encode(opt.prompt, tok.add_bos());
     if (prompt.size() > model.n_ctx())  // before anything reaches stdout
       kestrel::cli::die("the prompt is " + std::to_string(prompt.size()) + " tokens, longer than the context length of " +
                         std::to_string(model.n_ctx()) + " (raise -c or shorten the prompt)");

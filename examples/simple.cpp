@@ -25,7 +25,7 @@ int main(int argc, char** argv) try {
 
   // 3. Generate: prefill the prompt (matrix x matrix), then decode token by token (matrix x vector).
   const std::string_view text = argc > 2 ? argv[2] : "Once upon a time";
-  const auto prompt = tok.encode(text, /*add_bos=*/true);
+  const auto prompt = tok.encode(text, tok.add_bos());
   std::cout << text;
   const auto stats = kestrel::generate(model, sampler, tok, prompt, /*n_predict=*/100,
                                        [](std::string_view piece) { std::cout << piece << std::flush; });

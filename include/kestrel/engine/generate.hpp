@@ -14,6 +14,7 @@
 
 #include "kestrel/core/error.hpp"
 #include "kestrel/core/token.hpp"
+#include "kestrel/model/concepts.hpp"
 #include "kestrel/sampler/concepts.hpp"
 #include "kestrel/tokenizer/concepts.hpp"
 #include "kestrel/tokenizer/detokenizer.hpp"
@@ -39,21 +40,13 @@ struct generation_stats {
   double tbt_ms() const { return n_generated > 1 ? decode_ms / static_cast<double>(n_generated - 1) : 0; }
 };
 
-/// What a model offers the loop: prefill(), decode(), n_past(), n_ctx().
-template <class M>
-concept GenerativeModel = requires(M& m, std::span<const token_id> tokens, token_id t) {
-  { m.prefill(tokens) } -> std::convertible_to<std::span<const float>>;
-  { m.decode(t) } -> std::convertible_to<std::span<const float>>;
-  { m.n_past() } -> std::convertible_to<std::size_t>;
-  { m.n_ctx() } -> std::convertible_to<std::size_t>;
-};
-
 /// Appends `prompt` to the model's sequence and generates up to `n_predict`
 /// tokens, passing each piece of text (whole UTF-8 characters) to
 /// `on_text(std::string_view)`. Generation ends at EOS, at BOS (a new
 /// document: llama2.c's rule, which its reference texts depend on), after
 /// n_predict tokens, or when the context is full. The last sampled token is
-/// not run through the model; `last_token` receives it so a caller can continue.
+/// not run through the model; `last_token` receives it so a caller can continue
+/// (no_token when n_predict is 0: then the prompt is only prefilled).
 template <GenerativeModel M, Sampler S, Tokenizer T, class OnText>
 generation_stats generate(M& model, S& sampler, const T& tok, std::span<const token_id> prompt, std::size_t n_predict,
                           OnText&& on_text, token_id* last_token = nullptr) {
@@ -74,6 +67,12 @@ generation_stats generate(M& model, S& sampler, const T& tok, std::span<const to
   };
 
   const auto t0 = clock::now();
+  if (n_predict == 0) {  // only fill the cache with the prompt
+    model.prefill(prompt);
+    st.prefill_ms = ms(clock::now() - t0);
+    if (last_token) *last_token = no_token;
+    return st;
+  }
   token_id next = sample(model.prefill(prompt));
   const auto t1 = clock::now();
   st.prefill_ms = st.ttft_ms = ms(t1 - t0);

@@ -1,60 +1,22 @@
-// kestrel/model/backend.hpp: the Backend concept and the CPU backends.
-//
-// What it models: where the model's arithmetic runs. A backend provides the
-// handful of operations a decoder layer is made of, over f32 activations and
-// weights whose element type is a run-time fact (`weight_view::type`).
-//
-// Required expressions, for a backend `b`, weights `w`, activations `x`, `y`:
-//   b.matvec(w, x, y)                    y(rows) = W x                      -- decode
-//   b.matmul(w, x, n, y)                 Y(n, rows) = X(n, cols) W^T        -- prefill
-//   b.row_to_f32(w, row, y)              embedding lookup
-//   b.rmsnorm(y, x, weight, n, eps), b.rope(x, n_heads, head_dim, n_rot, pos, theta),
-//   b.swiglu(y, gate, up, n), b.add(y, x, n),
-//   b.attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch)
-//   b.parallel_for(n, f, work)           f(begin, end) over a split of [0, n); `work`
-//                                        (multiply-adds) lets the backend run small jobs inline
-//   b.n_threads()                        -> std::size_t
-//
-// Semantics: every operation has the meaning of its scalar twin in
-// cpu/ref/; a backend may reorder floating-point sums (tolerances in the
-// tests are derived for that) but nothing else.
+// kestrel/model/backend.hpp: the CPU backends (the Backend concept is in
+// model/concepts.hpp).
 //
 // Models: cpu_backend (xsimd kernels on a persistent thread pool) and
-// cpu_ref_backend (the scalar twins, one thread), both below. The CUDA
-// backend will model the same concept.
+// cpu_ref_backend (the scalar twins, one thread). The CUDA backend will
+// model the same concept.
 #pragma once
 
-#include <concepts>
 #include <cstddef>
 #include <memory>
-#include <string_view>
+#include <utility>
 
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/kernels.hpp"
 #include "kestrel/cpu/ref/kernels.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/model/concepts.hpp"
 
 namespace kestrel {
-
-namespace detail {
-struct range_fn {
-  void operator()(std::size_t, std::size_t) const {}
-};
-}  // namespace detail
-
-template <class B>
-concept Backend = requires(B& b, const weight_view& w, const float* cx, float* y, std::size_t n, float f) {
-  b.matvec(w, cx, y);
-  b.matmul(w, cx, n, y);
-  b.row_to_f32(w, n, y);
-  b.rmsnorm(y, cx, cx, n, f);
-  b.rope(y, n, n, n, n, f);
-  b.swiglu(y, cx, cx, n);
-  b.add(y, cx, n);
-  b.attend(cx, cx, cx, n, n, n, f, y, y);
-  b.parallel_for(n, detail::range_fn{}, n);
-  { b.n_threads() } -> std::convertible_to<std::size_t>;
-};
 
 /// The xsimd kernels of cpu/ on a persistent pool of `n_threads` threads
 /// (the caller's thread is one of them).

@@ -27,6 +27,7 @@
 #include "kestrel/kv/concepts.hpp"
 #include "kestrel/kv/contiguous.hpp"
 #include "kestrel/model/backend.hpp"
+#include "kestrel/model/concepts.hpp"
 #include "kestrel/model/config.hpp"
 #include "kestrel/model/weights.hpp"
 
@@ -43,13 +44,19 @@ class llama_model {
   /// bounds the prefill activations' memory (like llama.cpp's ubatch).
   static constexpr std::size_t max_prefill_chunk = 512;
 
-  /// `n_ctx` 0 means the context length the model was trained with.
+  /// The context used when the caller asks for 0: the model's training
+  /// context, capped (as llama.cpp's default) so a 128K-context model does
+  /// not silently reserve tens of GiB of KV cache.
+  static constexpr std::size_t default_max_ctx = 4096;
+
+  /// `n_ctx` 0 means min(training context, default_max_ctx). A larger n_ctx
+  /// than the training context is allowed (RoPE extrapolates, usually badly).
   llama_model(llama_weights weights, std::size_t n_ctx, B backend)
       : w_(validated(std::move(weights))),
-        cfg_(Config::from(w_.hparams, "model")),
+        cfg_(Config::from(w_.hparams, w_.source)),
         hp_(w_.hparams),
         backend_(std::move(backend)),
-        n_ctx_(n_ctx ? n_ctx : hp_.n_ctx_train),
+        n_ctx_(n_ctx ? n_ctx : std::min(hp_.n_ctx_train, default_max_ctx)),
         cache_(hp_.n_layer, n_ctx_, hp_.kv_dim()) {
     const std::size_t n_embd = cfg_.n_embd(), n_ff = cfg_.n_ff(), n_head = cfg_.n_head();
     x_ = aligned_buffer<float>(n_embd);
@@ -89,6 +96,7 @@ class llama_model {
   /// row-major. For perplexity and for tests.
   std::vector<float> prefill_all_logits(std::span<const token_id> tokens) {
     check_tokens(tokens);
+    if (tokens.empty()) throw invalid_argument("prefill: no tokens");
     std::vector<float> out;
     out.reserve(tokens.size() * n_vocab());
     for (std::size_t at = 0; at < tokens.size(); at += max_prefill_chunk) {
@@ -236,8 +244,8 @@ class llama_model {
   }
 
   static llama_weights validated(llama_weights w) {
-    w.hparams.validate("model");
-    w.validate("model");
+    w.hparams.validate(w.source);
+    w.validate(w.source);
     return w;
   }
 
@@ -260,5 +268,8 @@ class llama_model {
   // prefill scratch, grown to the largest chunk
   aligned_buffer<float> px_, pxb_, pq_, pk_, pv_, patt_, ph_, ph2_, all_logits_;
 };
+
+static_assert(GenerativeModel<llama_model<>>);
+static_assert(GenerativeModel<llama_model<dynamic_llama_config, cpu_ref_backend>>);
 
 }  // namespace kestrel

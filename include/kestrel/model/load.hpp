@@ -115,6 +115,7 @@ inline llama_weights load_gguf_weights(std::shared_ptr<const io::gguf_file> file
     L.ffn_down = detail::gguf_matrix(f, b + "ffn_down.weight");
   }
   w.owner = std::move(file);
+  w.source = f.path();
   w.validate(f.path());
   return w;
 }
@@ -154,6 +155,7 @@ inline llama_weights load_llama2c_weights(std::shared_ptr<const io::llama2c_chec
     L.ffn_up = m(c.w3(l), ff, d);
   }
   w.owner = std::move(file);
+  w.source = c.path();
   w.validate(c.path());
   return w;
 }

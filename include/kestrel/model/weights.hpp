@@ -33,6 +33,7 @@ struct llama_weights {
   const float* output_norm = nullptr;  // (n_embd)
   weight_view output;                // (n_vocab, n_embd); the same memory as token_embd when tied
   std::shared_ptr<const void> owner;  // keeps the file mapping alive
+  std::string source = "<memory>";    // the file the weights came from, for error messages
 
   /// Checks every matrix's shape against the hyperparameters.
   void validate(const std::string& source) const {

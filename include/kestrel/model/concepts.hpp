@@ -1,0 +1,74 @@
+// kestrel/model/concepts.hpp: the Backend and GenerativeModel concepts.
+//
+// Backend
+//
+// What it models: where the model's arithmetic runs. A backend provides the
+// handful of operations a decoder layer is made of, over f32 activations and
+// weights whose element type is a run-time fact (`weight_view::type`).
+//
+// Required expressions, for a backend `b`, weights `w`, activations `x`, `y`:
+//   b.matvec(w, x, y)                    y(rows) = W x                      -- decode
+//   b.matmul(w, x, n, y)                 Y(n, rows) = X(n, cols) W^T        -- prefill
+//   b.row_to_f32(w, row, y)              embedding lookup
+//   b.rmsnorm(y, x, weight, n, eps), b.rope(x, n_heads, head_dim, n_rot, pos, theta),
+//   b.swiglu(y, gate, up, n), b.add(y, x, n),
+//   b.attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch)
+//   b.parallel_for(n, f, work)           f(begin, end) over a split of [0, n); `work`
+//                                        (multiply-adds) lets the backend run small jobs inline
+//   b.n_threads()                        -> std::size_t
+//
+// Semantics: every operation has the meaning of its scalar twin in
+// cpu/ref/; a backend may reorder floating-point sums (tolerances in the
+// tests are derived for that) but nothing else.
+//
+// Models: cpu_backend and cpu_ref_backend (model/backend.hpp); the CUDA
+// backend will model the same concept.
+//
+// GenerativeModel
+// ---------------
+// What it models: a sequence model the generation loop can drive.
+// Required: m.prefill(tokens) and m.decode(token) -> logits (n_vocab floats,
+// valid until the next call), m.n_past() (positions in the cache),
+// m.n_ctx() (capacity). Semantics: prefill appends all tokens at positions
+// n_past().., decode appends one; both throw invalid_argument rather than
+// overflow the context. Models: llama_model (model/llama.hpp).
+#pragma once
+
+#include <concepts>
+#include <cstddef>
+#include <span>
+
+#include "kestrel/core/tensor.hpp"
+#include "kestrel/core/token.hpp"
+
+namespace kestrel {
+
+namespace detail {
+struct range_fn {
+  void operator()(std::size_t, std::size_t) const {}
+};
+}  // namespace detail
+
+template <class B>
+concept Backend = requires(B& b, const weight_view& w, const float* cx, float* y, std::size_t n, float f) {
+  b.matvec(w, cx, y);
+  b.matmul(w, cx, n, y);
+  b.row_to_f32(w, n, y);
+  b.rmsnorm(y, cx, cx, n, f);
+  b.rope(y, n, n, n, n, f);
+  b.swiglu(y, cx, cx, n);
+  b.add(y, cx, n);
+  b.attend(cx, cx, cx, n, n, n, f, y, y);
+  b.parallel_for(n, detail::range_fn{}, n);
+  { b.n_threads() } -> std::convertible_to<std::size_t>;
+};
+
+template <class M>
+concept GenerativeModel = requires(M& m, std::span<const token_id> tokens, token_id t) {
+  { m.prefill(tokens) } -> std::convertible_to<std::span<const float>>;
+  { m.decode(t) } -> std::convertible_to<std::span<const float>>;
+  { m.n_past() } -> std::convertible_to<std::size_t>;
+  { m.n_ctx() } -> std::convertible_to<std::size_t>;
+};
+
+}  // namespace kestrel

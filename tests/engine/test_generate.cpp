@@ -1,0 +1,124 @@
+// engine/generate.hpp: the loop's stopping rules and accounting, on a
+// scripted model (its logits pick a given token at each step) and a small
+// real SentencePiece tokenizer.
+#include <doctest/doctest.h>
+
+#include <string>
+#include <vector>
+
+#include "kestrel/engine/generate.hpp"
+#include "kestrel/sampler/greedy.hpp"
+#include "kestrel/tokenizer/spm.hpp"
+
+using namespace kestrel;
+
+namespace {
+
+/// Step i (0 = prefill) returns logits whose argmax is script[i].
+struct scripted_model {
+  std::vector<token_id> script;
+  std::size_t ctx = 64;
+  std::size_t past = 0, calls = 0;
+  std::vector<token_id> decoded;  // the tokens decode() was given
+  std::vector<float> logits = std::vector<float>(6, 0.0f);
+
+  std::span<const float> step() {
+    std::fill(logits.begin(), logits.end(), 0.0f);
+    logits[static_cast<std::size_t>(script.at(calls++))] = 1.0f;
+    return logits;
+  }
+  std::span<const float> prefill(std::span<const token_id> t) {
+    past += t.size();
+    return step();
+  }
+  std::span<const float> decode(token_id t) {
+    decoded.push_back(t);
+    ++past;
+    return step();
+  }
+  std::size_t n_past() const { return past; }
+  std::size_t n_ctx() const { return ctx; }
+};
+static_assert(GenerativeModel<scripted_model>);
+
+spm_tokenizer tiny_tokenizer() {
+  spm_vocab v;
+  v.pieces = {"<unk>", "<s>", "</s>", "\xe2\x96\x81hello", "\xe2\x96\x81world", "!"};
+  v.scores = {0, 0, 0, -1, -2, -3};
+  v.types = {2, 3, 3, 1, 1, 1};
+  return spm_tokenizer(v);
+}
+
+struct run_result {
+  std::string text;
+  generation_stats stats;
+  token_id last = 99;
+};
+
+run_result run(scripted_model& m, std::size_t n_predict, std::vector<token_id> prompt = {1}) {
+  const auto tok = tiny_tokenizer();
+  greedy_sampler greedy;
+  run_result r;
+  r.stats = generate(m, greedy, tok, prompt, n_predict, [&](std::string_view s) { r.text += s; }, &r.last);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("generation stops at EOS, without emitting or decoding it") {
+  scripted_model m{{3, 4, 5, 2}};
+  const auto r = run(m, 100);
+  CHECK(r.text == "hello world!");  // the dummy-prefix space after BOS is dropped
+  CHECK(r.stats.n_generated == 3);
+  CHECK(r.stats.stop == stop_reason::end_of_text);
+  CHECK(r.last == 2);
+  CHECK(m.decoded == std::vector<token_id>{3, 4, 5});
+  CHECK(r.stats.n_prompt == 1);
+}
+
+TEST_CASE("generation stops at BOS (a new document), llama2.c's rule") {
+  scripted_model m{{3, 1, 4}};
+  const auto r = run(m, 100);
+  CHECK(r.text == "hello");
+  CHECK(r.stats.stop == stop_reason::end_of_text);
+}
+
+TEST_CASE("n_predict counts emitted tokens; the last one is not run through the model") {
+  scripted_model m{{3, 4, 5, 4}};
+  const auto r = run(m, 2);
+  CHECK(r.text == "hello world");
+  CHECK(r.stats.n_generated == 2);
+  CHECK(r.stats.stop == stop_reason::length);
+  CHECK(r.last == 4);
+  CHECK(m.decoded == std::vector<token_id>{3});
+  CHECK(m.n_past() == 2);
+}
+
+TEST_CASE("n_predict 0 only prefills the prompt") {
+  scripted_model m{{3}};
+  const auto r = run(m, 0, {1, 3, 4});
+  CHECK(r.text.empty());
+  CHECK(r.stats.n_generated == 0);
+  CHECK(m.n_past() == 3);
+  CHECK(r.last == no_token);
+}
+
+TEST_CASE("a full context stops generation instead of overflowing") {
+  scripted_model m{{3, 4, 5, 4, 3}, 3};
+  const auto r = run(m, 100);
+  CHECK(r.stats.stop == stop_reason::context_full);
+  CHECK(m.n_past() == 3);
+  CHECK(r.stats.n_generated == 3);
+  CHECK(r.text == "hello world!");
+}
+
+TEST_CASE("a prompt that is not at the start keeps its leading spaces") {
+  scripted_model m{{4, 2}};
+  const auto r = run(m, 10, {1, 3});
+  CHECK(r.text == " world");
+}
+
+TEST_CASE("an empty prompt is an error") {
+  scripted_model m{{3}};
+  CHECK_THROWS_AS(run(m, 10, {}), invalid_argument);
+}
