@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
                                  {{"-r", [&](std::string_view v) { repeats = kestrel::cli::parse_number<long>("-r", v); }}});
   if (repeats < 1) kestrel::cli::die("-r must be >= 1");
   bool threads_given = false;
-  for (int i = 1; i < argc; ++i) threads_given |= std::string_view(argv[i]) == "-t";
+  for (int i = 1; i < argc; ++i) threads_given |= std::string_view(argv[i]) == "-t" || std::string_view(argv[i]) == "--threads";
   if (!threads_given) opt.n_threads = 1;
   try {
     const auto file = kestrel::load_model_file(opt.model, kestrel::cli::tokenizer_path(opt));
@@ -48,9 +48,9 @@ int main(int argc, char** argv) {
     }
     for (std::size_t s = 0; s < steps; ++s) {
       const double c = kestrel::bench::median(cached[s]), u = kestrel::bench::median(recomputed[s]);
-      std::printf("{\"bench\":\"kv_cache\",\"model\":\"%s\",\"threads\":%ld,\"step\":%zu,\"cached_ms\":%.4f,"
+      std::printf("{\"bench\":\"kv_cache\",\"model\":%s,\"threads\":%ld,\"step\":%zu,\"cached_ms\":%.4f,"
                   "\"recomputed_ms\":%.4f,\"ratio\":%.2f}\n",
-                  opt.model.c_str(), opt.n_threads, s + 1, c, u, c > 0 ? u / c : 0.0);
+                  kestrel::bench::json_string(opt.model).c_str(), opt.n_threads, s + 1, c, u, c > 0 ? u / c : 0.0);
     }
   } catch (const std::exception& e) {
     kestrel::cli::die(e.what());

@@ -3,7 +3,7 @@
 // then n tokens decoded one at a time; repeated r times; medians and the
 // spread printed as JSON lines.
 //
-//   kestrel-bench-speed -m FILE [-p 128] [-n 128] [-r 5] [-t 2]
+//   kestrel-bench-speed -m FILE [-p 128] [-n 128] [-r 5] [-t THREADS (default: all)]
 #include <cmath>
 #include <cstdio>
 #include <string_view>
@@ -52,9 +52,9 @@ int main(int argc, char** argv) {
       mean /= static_cast<double>(v.size());
       for (double x : v) var += (x - mean) * (x - mean);
       const double sd = v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : 0;
-      std::printf("{\"bench\":\"speed\",\"test\":\"%s\",\"model\":\"%s\",\"n_threads\":%ld,\"n_prompt\":%zu,\"n_gen\":%zu,"
+      std::printf("{\"bench\":\"speed\",\"test\":\"%s\",\"model\":%s,\"n_threads\":%ld,\"n_prompt\":%zu,\"n_gen\":%zu,"
                   "\"median_ts\":%.2f,\"avg_ts\":%.2f,\"stddev_ts\":%.2f,\"repeats\":%ld}\n",
-                  test, opt.model.c_str(), opt.n_threads, n_prompt_, n_gen, kestrel::bench::median(v), mean, sd, repeats);
+                  test, kestrel::bench::json_string(opt.model).c_str(), opt.n_threads, n_prompt_, n_gen, kestrel::bench::median(v), mean, sd, repeats);
     };
     line("pp", p, 0, pp);
     if (n) line("tg", 0, n, tg);
