@@ -1,4 +1,5 @@
-// tests/fixtures.hpp: locating the real third-party files of ../shared/fixtures.
+// tests/fixtures.hpp: locating the real third-party files of ../shared/fixtures,
+// scratch files, and capturing error messages.
 //
 // The folder is $KESTREL_FIXTURES when set, else ../shared/fixtures beside the
 // source tree. A missing fixture fails the test when CI=true and skips it with
@@ -17,7 +18,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <unistd.h>
+
+#include "kestrel/core/error.hpp"
 
 namespace kestrel::test {
 
@@ -64,6 +68,31 @@ inline std::filesystem::path scratch_dir(std::string_view name) {
 inline void write_file(const std::filesystem::path& p, std::string_view bytes) {
   std::ofstream f(p, std::ios::binary | std::ios::trunc);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+/// Writes `bytes` to scratch_dir(dir) / name and returns that path.
+inline std::filesystem::path write_scratch(std::string_view dir, std::string_view name, std::string_view bytes) {
+  auto p = scratch_dir(dir) / name;
+  write_file(p, bytes);
+  return p;
+}
+
+/// Runs `f` and returns the message of the E it throws ("" if it throws
+/// nothing; any other exception propagates).
+template <class E = kestrel::error, class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  }
+  return {};
+}
+
+/// what() of the kestrel::invalid_argument that `f` throws ("" if none).
+template <class F>
+std::string invalid_argument_message(F&& f) {
+  return error_of<kestrel::invalid_argument>(std::forward<F>(f));
 }
 
 }  // namespace kestrel::test

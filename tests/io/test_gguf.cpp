@@ -22,25 +22,10 @@ using kestrel::io::gguf_file;
 using kestrel::io::gguf_type;
 using kestrel::io::ggml_type;
 namespace fs = std::filesystem;
+using kestrel::test::error_of;
+using kestrel::test::write_scratch;
 
 namespace {
-
-/// Runs `f` and returns the kestrel::error message it throws ("" if none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kestrel::error& e) {
-    return e.what();
-  }
-  return {};
-}
-
-fs::path write_scratch(const std::string& name, const std::string& bytes) {
-  auto p = kestrel::test::scratch_dir("io-gguf") / name;
-  kestrel::test::write_file(p, bytes);
-  return p;
-}
 
 /// A tensor's data pointer is aligned for its elements (f32, f16, f64 are
 /// read in place by the kernels) and, for block types, for the f16/f32
@@ -446,7 +431,7 @@ TEST_CASE("gguf: in-memory file with every value type, v2 and v3, custom alignme
       CAPTURE(version);
       CAPTURE(align);
       const auto bytes = all_types_file(version, align);
-      auto p = write_scratch("all_types.gguf", bytes);
+      auto p = write_scratch("io-gguf", "all_types.gguf", bytes);
       gguf_file g(p);
       const std::size_t a = align ? align : 32;
       CHECK(g.version() == version);
@@ -590,7 +575,7 @@ struct mini {
 
 void expect_error(const std::string& name, const std::string& bytes, const std::vector<std::string>& parts) {
   CAPTURE(name);
-  const auto p = write_scratch(name + ".gguf", bytes);
+  const auto p = write_scratch("io-gguf", name + ".gguf", bytes);
   const auto e = error_of([&] { gguf_file g(p); });
   REQUIRE_MESSAGE(!e.empty(), "no error for " << name);
   CHECK_MESSAGE(e.find(p.string()) == 0, e);
@@ -601,7 +586,7 @@ void expect_error(const std::string& name, const std::string& bytes, const std::
 
 TEST_CASE("gguf: malformed headers, metadata and tensor tables") {
   {
-    const auto ok = write_scratch("mini.gguf", mini{}.build());
+    const auto ok = write_scratch("io-gguf", "mini.gguf", mini{}.build());
     gguf_file g(ok);
     CHECK(g.tensor("t").size_bytes == 32);
   }
@@ -731,11 +716,11 @@ TEST_CASE("gguf: malformed headers, metadata and tensor tables") {
     // Overlapping tensors and a vocab-only file whose data section lies past EOF are fine.
     w = {};
     w.header(3, 2, 0).tensor_info("a", {8}, 0, 0).tensor_info("b", {4}, 0, 0).pad(32).zeros(32);
-    gguf_file g(write_scratch("overlap.gguf", w.bytes));
+    gguf_file g(write_scratch("io-gguf", "overlap.gguf", w.bytes));
     CHECK(g.tensor("a").data == g.tensor("b").data);
     w = {};
     w.header(3, 0, 1).kv_str("k", "v");
-    gguf_file v(write_scratch("vocab_only.gguf", w.bytes));
+    gguf_file v(write_scratch("io-gguf", "vocab_only.gguf", w.bytes));
     CHECK(v.data_offset() > v.file().size());
     CHECK(v.tensors().empty());
   }

@@ -14,18 +14,10 @@
 
 using kestrel::io::llama2c_checkpoint;
 namespace fs = std::filesystem;
+using kestrel::test::error_of;
+using kestrel::test::write_scratch;
 
 namespace {
-
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const kestrel::error& e) {
-    return e.what();
-  }
-  return {};
-}
 
 /// Header + `n_floats` floats whose value is their index (so a getter's
 /// offset can be read off the value it points at).
@@ -37,12 +29,6 @@ std::string checkpoint_bytes(const std::vector<std::int32_t>& header, std::size_
     std::memcpy(b.data() + header.size() * 4 + i * 4, &f, 4);
   }
   return b;
-}
-
-fs::path write_scratch(const std::string& name, const std::string& bytes) {
-  auto p = kestrel::test::scratch_dir("io-llama2c") / name;
-  kestrel::test::write_file(p, bytes);
-  return p;
 }
 
 }  // namespace
@@ -112,7 +98,7 @@ TEST_CASE("llama2c: unshared classifier and the offsets of every array") {
   const std::size_t dim = 8, hid = 12, L = 2, kv = 4, V = 10, hs = 2, seq = 6;
   const std::size_t n = V * dim + L * dim + L * dim * dim + 2 * L * kv * dim + L * dim * dim + L * dim +
                         3 * L * hid * dim + dim + seq * hs + V * dim;
-  const auto p = write_scratch("unshared.bin", checkpoint_bytes({8, 12, 2, 4, 2, -10, 6}, n));
+  const auto p = write_scratch("io-llama2c", "unshared.bin", checkpoint_bytes({8, 12, 2, 4, 2, -10, 6}, n));
   llama2c_checkpoint ck(p);
   const auto& c = ck.config();
   CHECK(c.vocab_size == 10);
@@ -152,7 +138,7 @@ TEST_CASE("llama2c: unshared classifier and the offsets of every array") {
 TEST_CASE("llama2c: bad headers and sizes") {
   const std::size_t n_shared = 10 * 8 + 2 * 8 + 2 * 64 + 2 * 2 * 32 + 2 * 64 + 2 * 8 + 3 * 2 * 96 + 8 + 12;
   auto err = [&](const std::string& name, const std::vector<std::int32_t>& h, std::size_t n) {
-    const auto p = write_scratch(name + ".bin", checkpoint_bytes(h, n));
+    const auto p = write_scratch("io-llama2c", name + ".bin", checkpoint_bytes(h, n));
     auto e = error_of([&] { llama2c_checkpoint ck(p); });
     if (!e.empty()) CHECK_MESSAGE(e.find(p.string()) == 0, e);
     return e;

@@ -1,5 +1,5 @@
-// tests/sampler/sampler_test_util.hpp: reference softmax, binomial bounds and
-// message capture shared by the sampler tests.
+// tests/sampler/sampler_test_util.hpp: reference softmax and binomial bounds
+// shared by the sampler tests (message capture is in fixtures.hpp).
 #pragma once
 
 #include <doctest/doctest.h>
@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
-#include <functional>
 #include <string>
 #include <vector>
 
+#include "fixtures.hpp"  // invalid_argument_message
 #include "kestrel/core/error.hpp"
 
 namespace kestrel::test {
@@ -43,16 +43,6 @@ inline void check_binomial(std::size_t count, std::size_t n, double p, std::size
   const double sigma = std::sqrt(double(n) * p * (1.0 - p));
   INFO("token " << token << ": count " << count << ", expected " << mean << " +- 5*" << sigma);
   CHECK(std::abs(double(count) - mean) <= 5.0 * sigma + 1e-9);
-}
-
-/// what() of the kestrel::invalid_argument that `f` throws ("" if none).
-inline std::string invalid_argument_message(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const kestrel::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
 }
 
 }  // namespace kestrel::test

@@ -69,21 +69,8 @@ TEST_CASE("llama2.c test.c encode vectors, with BOS: 5/5") {
 
 TEST_CASE("ggml-vocab-llama-spm .inp/.out through tokenizer.bin: 46/46") {
   const spm_tokenizer* tok = test::llama2_tokenizer();
-  const auto inp = fixture("llamacpp-vocab/ggml-vocab-llama-spm.gguf.inp");
-  const auto out = fixture("llamacpp-vocab/ggml-vocab-llama-spm.gguf.out");
-  if (!tok || !inp || !out) return;
-  const auto cases = test::split_vocab_inp(test::read_file(*inp));
-  const auto expected = test::parse_vocab_out(test::read_file(*out));
-  REQUIRE(cases.size() == 46);
-  REQUIRE(expected.size() >= 46);
-  int passed = 0;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const auto got = tok->encode(cases[i], false);
-    CHECK_MESSAGE(got == expected[i], "case " << i << ": \"" << cases[i] << "\"");
-    passed += got == expected[i];
-  }
-  MESSAGE("llama-spm vectors via tokenizer.bin: " << passed << "/46");
-  CHECK(passed == 46);
+  if (!tok) return;
+  test::check_vocab_vectors(*tok, "ggml-vocab-llama-spm", "llama-spm via tokenizer.bin");
 }
 
 namespace {
