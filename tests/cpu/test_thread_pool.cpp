@@ -1,14 +1,19 @@
 // tests/cpu/test_thread_pool.cpp: parallel_for covers every index exactly
-// once, in contiguous chunks, for any n and thread count, call after call.
+// once, in contiguous chunks, for any n and thread count, call after call,
+// also after the workers went to sleep; misuse is an error, not a hang.
 #include <doctest/doctest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <mutex>
 #include <stdexcept>
+#include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
+#include "fixtures.hpp"
 #include "kestrel/core/error.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 
@@ -75,4 +80,70 @@ TEST_CASE("cpu: thread_pool rethrows, runs nested calls inline, rejects 0 thread
   std::size_t seen = 0;
   cpu::parallel_for(nullptr, 5, [&](std::size_t b, std::size_t e) { seen += e - b; });
   CHECK(seen == 5);
+}
+
+TEST_CASE("cpu: thread_pool wakes workers that went to sleep between calls") {
+  // A worker spins for a few tens of microseconds after a call and then
+  // sleeps on the condition variable: a pause of 1 or 5 ms between calls
+  // makes every later call wake the workers up.
+  for (std::size_t threads : {2, 4}) {
+    cpu::thread_pool pool(threads);
+    for (int ms : {1, 5}) {
+      std::vector<int> data(64, 0);
+      for (int call = 0; call < 10; ++call) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+        pool.parallel_for(data.size(), [&](std::size_t b, std::size_t e) {
+          for (std::size_t i = b; i < e; ++i) ++data[i];
+        });
+      }
+      std::size_t bad = 0;
+      for (int x : data) bad += x != 10;
+      INFO("threads " << threads << " sleep " << ms << " ms");
+      CHECK(bad == 0);
+    }
+  }
+}
+
+TEST_CASE("cpu: thread_pool destroyed right after construction") {
+  // Workers may not have started their loop yet when shutdown comes.
+  for (int round = 0; round < 50; ++round) {
+    cpu::thread_pool pool(static_cast<std::size_t>(2 + round % 7));
+  }
+  CHECK(true);  // reaching here means no hang and no crash
+}
+
+TEST_CASE("cpu: thread_pool rejects a second caller while a call runs, and more than max_threads") {
+  cpu::thread_pool pool(3);
+  std::atomic<bool> first_inside{false}, second_done{false};
+  std::string second_error;
+  std::thread second([&] {
+    while (!first_inside.load()) std::this_thread::yield();
+    second_error = kestrel::test::invalid_argument_message([&] {
+      pool.parallel_for(9, [](std::size_t, std::size_t) {});
+    });
+    second_done = true;
+  });
+  std::atomic<std::size_t> covered{0};
+  pool.parallel_for(9, [&](std::size_t b, std::size_t e) {
+    first_inside = true;
+    // Hold the call open until the other thread has tried (bounded, so a
+    // regression fails instead of hanging).
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!second_done.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    covered += e - b;
+  });
+  second.join();
+  CHECK(second_done.load());
+  CHECK(covered == 9);  // the rejected call did not disturb the running one
+  CHECK(second_error.find("thread_pool: parallel_for called concurrently from two threads") == 0);
+  // Nothing was left marked busy: the pool keeps working, from either thread.
+  std::atomic<std::size_t> total{0};
+  std::thread([&] { pool.parallel_for(7, [&](std::size_t b, std::size_t e) { total += e - b; }); }).join();
+  pool.parallel_for(5, [&](std::size_t b, std::size_t e) { total += e - b; });
+  CHECK(total == 12);
+
+  CHECK(cpu::thread_pool::max_threads == 1024);
+  CHECK(kestrel::test::invalid_argument_message([] { cpu::thread_pool p(1025); }) ==
+        "thread_pool: n_threads = 1025 exceeds the limit of 1024");
+  CHECK_THROWS_AS(cpu::thread_pool(static_cast<std::size_t>(-1)), kestrel::invalid_argument);
 }

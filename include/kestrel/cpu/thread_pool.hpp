@@ -8,8 +8,10 @@
 // for the next call (the next matvec usually follows within microseconds) and
 // then sleep on a condition variable so an idle pool costs no CPU.
 //
-// Contract: one parallel_for at a time per pool (the pool is not a queue);
-// a nested call from inside f runs inline on the calling thread.
+// Contract: one parallel_for at a time per pool (the pool is not a queue):
+// a second thread calling while a call is running gets invalid_argument
+// rather than corrupting the published job. A nested call from inside f
+// (on the caller or a worker) runs inline on the calling thread.
 #pragma once
 
 #include <atomic>
@@ -18,6 +20,7 @@
 #include <cstdint>
 #include <exception>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <utility>
@@ -39,10 +42,16 @@ inline void cpu_relax() noexcept {
 
 class thread_pool {
  public:
-  /// n_threads >= 1 threads in all; the thread calling parallel_for is one of
-  /// them, so n_threads - 1 workers are started.
+  /// Far above any core count the pool is meant for; a larger request is a
+  /// bug (a negative number cast to size_t, say), not a wish for more threads.
+  static constexpr std::size_t max_threads = 1024;
+
+  /// n_threads in 1..max_threads threads in all; the thread calling
+  /// parallel_for is one of them, so n_threads - 1 workers are started.
   explicit thread_pool(std::size_t n_threads) : n_threads_(n_threads) {
     require(n_threads >= 1, "thread_pool: n_threads must be at least 1");
+    require(n_threads <= max_threads, "thread_pool: n_threads = " + std::to_string(n_threads) +
+                                          " exceeds the limit of " + std::to_string(max_threads));
     workers_.reserve(n_threads - 1);
     try {
       for (std::size_t i = 1; i < n_threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
@@ -60,7 +69,8 @@ class thread_pool {
   /// Splits [0, n) into size() contiguous chunks of near-equal length and
   /// calls f(begin, end) once per non-empty chunk, the caller taking the
   /// first; returns when all are done. The first exception thrown by f is
-  /// rethrown here after every chunk has finished.
+  /// rethrown here after every chunk has finished. Throws invalid_argument,
+  /// touching nothing, when another thread's call on this pool is running.
   template <class F>
   void parallel_for(std::size_t n, F&& f) {
     if (n == 0) return;
@@ -68,6 +78,16 @@ class thread_pool {
       f(std::size_t{0}, n);
       return;
     }
+    // Acquire pairs with the release below: this call sees everything the
+    // previous one (on whatever thread) did.
+    if (busy_.exchange(true, std::memory_order_acquire))
+      throw invalid_argument(
+          "thread_pool: parallel_for called concurrently from two threads; a pool runs one call at a time "
+          "(give each calling thread its own pool)");
+    struct release_busy {
+      std::atomic<bool>& busy;
+      ~release_busy() { busy.store(false, std::memory_order_release); }
+    } const release{busy_};
     using fn_t = std::remove_reference_t<F>;
     job_fn_ = [](void* ctx, std::size_t b, std::size_t e) { (*static_cast<fn_t*>(ctx))(b, e); };
     job_ctx_ = const_cast<void*>(static_cast<const void*>(std::addressof(f)));
@@ -174,6 +194,7 @@ class thread_pool {
   std::atomic<std::uint32_t> generation_{0};  // bumped once per call (and at shutdown)
   std::atomic<std::uint32_t> pending_{0};     // workers still running the current call
   std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};    // a parallel_for is running (not counting inline nested calls)
   std::mutex mutex_;                 // guards sleeping: bumps of generation_, the last pending_ notify
   std::condition_variable wake_;     // workers sleep here between calls
   std::condition_variable done_;     // the caller sleeps here until pending_ == 0
