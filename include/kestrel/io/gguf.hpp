@@ -27,7 +27,6 @@
 #include <cstring>
 #include <filesystem>
 #include <limits>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -117,18 +116,12 @@ constexpr std::uint32_t block_size_of(ggml_type t) noexcept { return detail::tra
 /// Bytes per block; 0 if unknown.
 constexpr std::uint32_t type_size_of(ggml_type t) noexcept { return detail::traits_of(t).type_size; }
 
-/// "F32", "Q4_K", ...; an unknown number gives "type N". The view stays valid
-/// for the life of the program.
-inline std::string_view name_of(ggml_type t) {
-  if (auto n = detail::traits_of(t).name; !n.empty()) return n;
-  // Unknown numbers are rare (error paths only): remember each one's text in a
-  // node-based map so that the returned view never dangles.
-  static std::mutex m;
-  static std::unordered_map<std::uint32_t, std::string> names;
-  std::lock_guard lock(m);
-  auto [it, fresh] = names.try_emplace(static_cast<std::uint32_t>(t));
-  if (fresh) it->second = "type " + std::to_string(static_cast<std::uint32_t>(t));
-  return it->second;
+/// "F32", "Q4_K", ...; "unknown" for a number this reader does not know (the
+/// parser rejects such tensors, naming the number, so only direct callers
+/// can see it).
+constexpr std::string_view name_of(ggml_type t) noexcept {
+  const auto n = detail::traits_of(t).name;
+  return n.empty() ? std::string_view("unknown") : n;
 }
 
 /// "u8", "i32", "f32", "bool", "string", "array", ...; unknown: "type?".
