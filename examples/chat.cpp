@@ -38,10 +38,11 @@ int main(int argc, char** argv) {
       if (!std::getline(std::cin, line)) break;
       auto turn = [&] {
         std::vector<kestrel::token_id> input;
-        if (model.n_past() == 0) input.push_back(tok.bos());
-        else if (pending != kestrel::no_token) input.push_back(pending);
+        if (model.n_past() == 0 && tok.add_bos()) input.push_back(tok.bos());
+        else if (model.n_past() > 0 && pending != kestrel::no_token) input.push_back(pending);
         const auto ids = tok.encode(line, /*add_bos=*/false);
         input.insert(input.end(), ids.begin(), ids.end());
+        if (input.empty()) input.push_back(tok.bos());  // nothing typed at the start: let the model begin
         return input;
       };
       auto input = turn();

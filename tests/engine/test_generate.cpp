@@ -16,8 +16,9 @@ namespace {
 
 /// Step i (0 = prefill) returns logits whose argmax is script[i].
 struct scripted_model {
+  explicit scripted_model(std::vector<token_id> s, std::size_t n_ctx = 64) : script(std::move(s)), ctx(n_ctx) {}
   std::vector<token_id> script;
-  std::size_t ctx = 64;
+  std::size_t ctx;
   std::size_t past = 0, calls = 0;
   std::vector<token_id> decoded;  // the tokens decode() was given
   std::vector<float> logits = std::vector<float>(6, 0.0f);
@@ -66,7 +67,7 @@ run_result run(scripted_model& m, std::size_t n_predict, std::vector<token_id> p
 }  // namespace
 
 TEST_CASE("generation stops at EOS, without emitting or decoding it") {
-  scripted_model m{{3, 4, 5, 2}};
+  scripted_model m({3, 4, 5, 2});
   const auto r = run(m, 100);
   CHECK(r.text == "hello world!");  // the dummy-prefix space after BOS is dropped
   CHECK(r.stats.n_generated == 3);
@@ -77,14 +78,14 @@ TEST_CASE("generation stops at EOS, without emitting or decoding it") {
 }
 
 TEST_CASE("generation stops at BOS (a new document), llama2.c's rule") {
-  scripted_model m{{3, 1, 4}};
+  scripted_model m({3, 1, 4});
   const auto r = run(m, 100);
   CHECK(r.text == "hello");
   CHECK(r.stats.stop == stop_reason::end_of_text);
 }
 
 TEST_CASE("n_predict counts emitted tokens; the last one is not run through the model") {
-  scripted_model m{{3, 4, 5, 4}};
+  scripted_model m({3, 4, 5, 4});
   const auto r = run(m, 2);
   CHECK(r.text == "hello world");
   CHECK(r.stats.n_generated == 2);
@@ -95,7 +96,7 @@ TEST_CASE("n_predict counts emitted tokens; the last one is not run through the 
 }
 
 TEST_CASE("n_predict 0 only prefills the prompt") {
-  scripted_model m{{3}};
+  scripted_model m({3});
   const auto r = run(m, 0, {1, 3, 4});
   CHECK(r.text.empty());
   CHECK(r.stats.n_generated == 0);
@@ -104,7 +105,7 @@ TEST_CASE("n_predict 0 only prefills the prompt") {
 }
 
 TEST_CASE("a full context stops generation instead of overflowing") {
-  scripted_model m{{3, 4, 5, 4, 3}, 3};
+  scripted_model m({3, 4, 5, 4, 3}, 3);
   const auto r = run(m, 100);
   CHECK(r.stats.stop == stop_reason::context_full);
   CHECK(m.n_past() == 3);
@@ -113,12 +114,12 @@ TEST_CASE("a full context stops generation instead of overflowing") {
 }
 
 TEST_CASE("a prompt that is not at the start keeps its leading spaces") {
-  scripted_model m{{4, 2}};
+  scripted_model m({4, 2});
   const auto r = run(m, 10, {1, 3});
   CHECK(r.text == " world");
 }
 
 TEST_CASE("an empty prompt is an error") {
-  scripted_model m{{3}};
+  scripted_model m({3});
   CHECK_THROWS_AS(run(m, 10, {}), invalid_argument);
 }

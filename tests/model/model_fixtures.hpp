@@ -7,7 +7,7 @@
 
 #include "fixtures.hpp"
 #include "kestrel/model/load.hpp"
-#include "tokenizer/helpers.hpp"  // kestrel::test::json
+#include "json.hpp"
 
 namespace kestrel::test {
 

@@ -267,7 +267,7 @@ TEST_CASE("corrupt and truncated model files: an error or a model that runs, nev
     } else {
       for (int k = 0; k < 1 + i % 4; ++k) copy[next() % tensor_table_end] = static_cast<char>(next() >> 56);
     }
-    const auto path = dir / ("c" + std::to_string(i) + ".gguf");
+    const auto path = dir / (std::to_string(i) + ".gguf");
     test::write_file(path, copy);
     try {
       const auto f = load_model_file(path);
