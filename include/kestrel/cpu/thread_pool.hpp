@@ -205,11 +205,15 @@ class thread_pool {
 
 /// Below this many multiply-adds a kernel runs on the calling thread alone.
 /// One parallel_for costs ~0.3 us when the workers are spinning but 50-100 us
-/// when one has to be woken (or is descheduled on a busy machine), while 32K
-/// multiply-adds take ~2-4 us on one core: splitting less work than that can
-/// only lose. (Measured on stories260K, whose matrices are 4K-33K elements:
-/// decode with 2 threads fell from 3800 to ~200-300 tokens/s under load.)
-inline constexpr std::size_t min_parallel_work = std::size_t{1} << 15;
+/// when one has to be woken (or is descheduled on a busy machine), while 64K
+/// multiply-adds take ~4-8 us on one core: splitting less work than that
+/// loses whenever the workers have gone to sleep, which is what happens
+/// between the few large products of a small model. (Measured on
+/// stories260K, whose matrices have 4K-33K elements: with 2 threads its
+/// decode fell to ~200-300 tokens/s under load when everything was split,
+/// and was still 1.5-2x slower than 1 thread with a 32K threshold, because
+/// the 32K-element classifier woke the sleeping worker once per token.)
+inline constexpr std::size_t min_parallel_work = std::size_t{1} << 16;
 
 /// Runs f(0, n) on the pool, or inline when pool is null or `work` (in
 /// multiply-adds, or any comparable unit) is below min_parallel_work.
