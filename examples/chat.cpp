@@ -21,12 +21,8 @@ static const char* usage =
 int main(int argc, char** argv) {
   auto opt = kestrel::cli::parse(argc, argv, usage);
   try {
-    const auto params = kestrel::cli::sampling(opt);
-    const auto file = kestrel::load_model_file(opt.model, kestrel::cli::tokenizer_path(opt));
-    kestrel::spm_tokenizer tok(file.vocab);
-    kestrel::llama_model<> model(file.weights, static_cast<std::size_t>(opt.n_ctx),
-                                 kestrel::cpu_backend(static_cast<std::size_t>(opt.n_threads)));
-    kestrel::sampler_chain sampler(params);
+    kestrel::cli::session s(opt);
+    auto& [sampler, file, tok, model] = s;
     std::fprintf(stderr, "kestrel-chat: %s, context %zu tokens. Type a line and press Enter; Ctrl-D quits.\n",
                  opt.model.c_str(), model.n_ctx());
     std::string line;
@@ -57,11 +53,7 @@ int main(int argc, char** argv) {
         }
       }
       const auto st = kestrel::generate(model, sampler, tok, input, static_cast<std::size_t>(opt.n_predict),
-                                        [](std::string_view s) {
-                                          std::fwrite(s.data(), 1, s.size(), stdout);
-                                          std::fflush(stdout);
-                                        },
-                                        &pending);
+                                        kestrel::cli::write_stdout, &pending);
       std::fprintf(stderr, "\n[%zu tokens, TTFT %.1f ms, %.1f tokens/s]", st.n_generated, st.ttft_ms,
                    st.decode_tokens_per_s());
       if (st.stop == kestrel::stop_reason::end_of_text) {

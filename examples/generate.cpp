@@ -16,28 +16,20 @@ static const char* usage =
     "  --temp T         temperature, 0 = greedy (default 0.8)\n"
     "  --top-k K        (default 40, 0 = off)   --top-p P (default 0.95, 1 = off)\n"
     "  --min-p P        (default 0.05, 0 = off) --seed S (default random, printed)\n"
-    "  -t N             threads (default: all)  -c N context length (default: the model's)\n";
+    "  -t N             threads (default: all)  -c N context length (default: the model's, at most 4096)\n";
 
 int main(int argc, char** argv) {
   auto opt = kestrel::cli::parse(argc, argv, usage);
   try {
-    const auto params = kestrel::cli::sampling(opt);
-    const auto file = kestrel::load_model_file(opt.model, kestrel::cli::tokenizer_path(opt));
-    kestrel::spm_tokenizer tok(file.vocab);
-    kestrel::llama_model<> model(file.weights, static_cast<std::size_t>(opt.n_ctx),
-                                 kestrel::cpu_backend(static_cast<std::size_t>(opt.n_threads)));
-    kestrel::sampler_chain sampler(params);
+    kestrel::cli::session s(opt);
+    auto& [sampler, file, tok, model] = s;
     const auto prompt = tok.encode(opt.prompt, tok.add_bos());
     if (prompt.size() > model.n_ctx())  // before anything reaches stdout
       kestrel::cli::die("the prompt is " + std::to_string(prompt.size()) + " tokens, longer than the context length of " +
                         std::to_string(model.n_ctx()) + " (raise -c or shorten the prompt)");
-    std::fwrite(opt.prompt.data(), 1, opt.prompt.size(), stdout);
-    std::fflush(stdout);
+    kestrel::cli::write_stdout(opt.prompt);
     const auto st = kestrel::generate(model, sampler, tok, prompt, static_cast<std::size_t>(opt.n_predict),
-                                      [](std::string_view s) {
-                                        std::fwrite(s.data(), 1, s.size(), stdout);
-                                        std::fflush(stdout);
-                                      });
+                                      kestrel::cli::write_stdout);
     kestrel::cli::print_stats(st);
   } catch (const std::exception& e) {
     std::fflush(stdout);

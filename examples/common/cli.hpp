@@ -112,6 +112,27 @@ inline std::optional<std::filesystem::path> tokenizer_path(const options& o) {
   return std::nullopt;
 }
 
+/// What kestrel-generate and kestrel-chat build from the common flags. The
+/// sampler comes first so that bad sampling flags fail before a large model
+/// is loaded.
+struct session {
+  explicit session(options& o)
+      : sampler(sampling(o)),
+        file(load_model_file(o.model, tokenizer_path(o))),
+        tok(file.vocab),
+        model(file.weights, static_cast<std::size_t>(o.n_ctx), cpu_backend(static_cast<std::size_t>(o.n_threads))) {}
+  sampler_chain sampler;
+  model_file file;
+  spm_tokenizer tok;
+  llama_model<> model;
+};
+
+/// The on_text callback of both programs: text straight to stdout, unbuffered.
+inline void write_stdout(std::string_view s) {
+  std::fwrite(s.data(), 1, s.size(), stdout);
+  std::fflush(stdout);
+}
+
 inline void print_stats(const generation_stats& st) {
   std::fprintf(stderr,
                "\n\nprompt: %zu tokens, generated: %zu tokens\n"
