@@ -36,6 +36,7 @@
 #include "kestrel/core/token.hpp"
 #include "kestrel/tokenizer/concepts.hpp"
 #include "kestrel/tokenizer/detail/utf8.hpp"
+#include "kestrel/tokenizer/special.hpp"
 #include "kestrel/tokenizer/vocab.hpp"
 
 namespace kestrel {
@@ -64,6 +65,10 @@ class spm_tokenizer {
         if (!vocab_.pieces[i].empty()) piece_id_.try_emplace(vocab_.pieces[i], id);
       }
     }
+    {
+      const auto specials = special_tokens_of(vocab_.pieces, vocab_.types);
+      specials_ = special_splitter(specials);
+    }
     if (vocab_.unk == no_token)
       for (std::size_t b = 0; b < 256; ++b)
         if (byte_id_[b] == no_token)
@@ -78,6 +83,24 @@ class spm_tokenizer {
     std::vector<token_id> out;
     if (add_bos && vocab_.bos != no_token) out.push_back(vocab_.bos);
     encode_append(text, out);
+    return out;
+  }
+
+  /// encode() with llama.cpp's parse_special: when on, the spellings of
+  /// control, user-defined and unknown tokens in `text` (special_splitter,
+  /// leftmost-longest) become their ids, and each run of text between them is
+  /// encoded on its own, with its own dummy-prefix space as llama.cpp's SPM
+  /// path does. When off, this is encode(text, add_bos).
+  std::vector<token_id> encode(std::string_view text, bool add_bos, bool parse_special) const {
+    if (!parse_special) return encode(text, add_bos);
+    std::vector<token_id> out;
+    if (add_bos && vocab_.bos != no_token) out.push_back(vocab_.bos);
+    specials_.split(text, [&](special_segment s) {
+      if (s.is_special())
+        out.push_back(s.id);
+      else
+        encode_append(s.text, out);
+    });
     return out;
   }
 
@@ -141,6 +164,8 @@ class spm_tokenizer {
   float score(token_id id) const { return vocab_.scores[checked(id)]; }
   std::int32_t type(token_id id) const { return vocab_.types[checked(id)]; }
   const spm_vocab& vocab() const noexcept { return vocab_; }
+  /// The special tokens that encode(..., parse_special = true) cuts out.
+  const special_splitter& specials() const noexcept { return specials_; }
 
   /// encode() without BOS, appending to `out` (lets callers reuse a buffer).
   void encode_append(std::string_view text, std::vector<token_id>& out) const {
@@ -254,6 +279,7 @@ class spm_tokenizer {
   std::unordered_map<std::string, token_id, string_hash, std::equal_to<>> piece_id_;  // mergeable pieces
   std::array<token_id, 256> byte_id_{};  // byte -> its "<0xXX>" token, or no_token
   std::size_t n_byte_tokens_ = 0;
+  special_splitter specials_;  // control, user-defined and unknown spellings
 };
 
 static_assert(Tokenizer<spm_tokenizer>);
