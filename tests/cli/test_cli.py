@@ -18,6 +18,7 @@ here = os.path.dirname(os.path.abspath(__file__))
 fixtures = os.environ.get("KESTREL_FIXTURES") or os.path.join(here, "..", "..", "..", "shared", "fixtures")
 gen = os.path.join(build, "examples", "kestrel-generate")
 chat = os.path.join(build, "examples", "kestrel-chat")
+tokenize = os.path.join(build, "examples", "kestrel-tokenize")
 failures = 0
 checks = 0
 
@@ -95,6 +96,53 @@ r = run([chat, "-m", fx("gguf/stories260K.gguf"), "-n", "20", "--temp", "0", "-t
         stdin=b"Once upon a time\nThe dog\n")
 check("chat answers two lines and exits at EOF", r.returncode == 0 and r.stderr.count(b"tokens, TTFT") == 2 and len(r.stdout) > 20,
       f"rc={r.returncode} stdout={r.stdout[:200]!r} stderr={r.stderr[-300:]!r}")
+
+# kestrel-chat with a chat template chosen by name: the turn is formatted (the
+# tiny model knows no template, but the run must work and stop cleanly).
+r = run([chat, "-m", fx("gguf/stories260K.gguf"), "-n", "10", "--temp", "0", "-t", "1", "--chat-template", "chatml"],
+        stdin=b"Hello\nAgain\n")
+check("chat --chat-template chatml: two turns", r.returncode == 0 and r.stderr.count(b"tokens, TTFT") == 2,
+      f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
+r = run([chat, "-m", fx("gguf/stories260K.gguf"), "--chat-template", "nonsense"], stdin=b"")
+check("chat: unknown --chat-template is an error", r.returncode == 1 and b"chatml" in r.stderr, f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
+
+# kestrel-tokenize: llama-tokenize's flags and output.
+if os.path.exists(tokenize):
+    spm = fx("llamacpp-vocab/ggml-vocab-llama-spm.gguf")
+    r = run([tokenize, "-m", spm, "-p", "Hello world"])
+    check("tokenize: default output", r.returncode == 0 and r.stdout == b"     1 -> '<s>'\n 15043 -> ' Hello'\n  3186 -> ' world'\n",
+          repr(r.stdout) + repr(r.stderr[-200:]))
+    r = run([tokenize, "-m", spm, "-p", "Hello world", "--ids", "--no-bos"])
+    check("tokenize: --ids --no-bos", r.returncode == 0 and r.stdout == b"[15043, 3186]\n", repr(r.stdout))
+    r = run([tokenize, "-m", spm, "-p", "a\\nb<s>", "--ids", "--no-bos"])
+    with_special = r.stdout
+    check("tokenize: escapes and special tokens", r.returncode == 0 and with_special.startswith(b"[") and b", 13, " in with_special
+          and with_special.endswith(b", 1]\n"), repr(with_special))
+    r = run([tokenize, "-m", spm, "-p", "a\\nb<s>", "--ids", "--no-bos", "--no-parse-special", "--no-escape"])
+    check("tokenize: --no-parse-special --no-escape", r.returncode == 0 and b", 1]" not in r.stdout and b", 13, " not in r.stdout,
+          repr(r.stdout))
+    r = run([tokenize, "-m", spm, "--stdin", "--ids", "--show-count"], stdin=b"Hello world")
+    check("tokenize: --stdin --show-count", r.returncode == 0 and r.stdout == b"[1, 15043, 3186]\nTotal number of tokens: 3\n",
+          repr(r.stdout))
+    r = run([tokenize, "-m", spm, "-f", fx("llamacpp-vocab/ggml-vocab-llama-spm.gguf.inp"), "--ids"])
+    check("tokenize: -f FILE", r.returncode == 0 and r.stdout.startswith(b"[1, "), repr(r.stdout[:80]))
+    r = run([tokenize, "-m", fx("gguf/stories260K.gguf"), "-p", "Once upon a time"])
+    check("tokenize: a model GGUF", r.returncode == 0 and r.stdout.startswith(b"     1 -> '<s>'\n"), repr(r.stdout[:80]))
+    for argv, needle in [
+        (["-m", spm], b"exactly one of"),
+        (["-m", spm, "-p", "x", "--stdin"], b"exactly one of"),
+        (["-p", "x"], b"no model"),
+        (["-m", "/nonexistent.gguf", "-p", "x"], b"cannot open"),
+        (["-m", spm, "-f", "/nonexistent.txt"], b"cannot open"),
+        (["-m", fx("llamacpp-vocab/ggml-vocab-bert-bge.gguf"), "-p", "x"], b"bert"),
+        (["-m", spm, "-p", "x", "--bogus"], b"unknown argument"),
+    ]:
+        r = run([tokenize, *argv])
+        check(f"tokenize error: {' '.join(os.path.basename(x) for x in argv)}",
+              r.returncode == 1 and needle in r.stderr and b"error" in r.stderr and r.stdout == b"",
+              f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
+else:
+    check("kestrel-tokenize was built", False, tokenize)
 
 print(f"{checks - failures} of {checks} CLI checks passed")
 sys.exit(1 if failures else 0)
