@@ -105,8 +105,8 @@ bool reply(const kestrel::cli::options& opt, const chat_setup& chat, Sampler& sa
   kestrel::cli::write_stdout(tail);
   text += tail;
   const double decode_s = std::chrono::duration<double>(clock_type::now() - t_decode).count();
-  std::fprintf(stderr, "\n[%zu tokens, TTFT %.1f ms, %.1f tokens/s]", n, ttft_ms,
-               n > 1 && decode_s > 0 ? static_cast<double>(n) / decode_s : 0.0);
+  std::fprintf(stderr, "\n[%zu tokens, TTFT %.1f ms, %.1f tokens/s, %zu prefilled]", n, ttft_ms,
+               n > 1 && decode_s > 0 ? static_cast<double>(n) / decode_s : 0.0, input.size());
   return in_cache;
 }
 

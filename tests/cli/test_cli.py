@@ -103,6 +103,13 @@ r = run([chat, "-m", fx("gguf/stories260K.gguf"), "-n", "10", "--temp", "0", "-t
         stdin=b"Hello\nAgain\n")
 check("chat --chat-template chatml: two turns", r.returncode == 0 and r.stderr.count(b"tokens, TTFT") == 2,
       f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
+import re
+prefilled = [int(x) for x in re.findall(rb"(\d+) prefilled\]", r.stderr)]
+t = run([tokenize, "-m", fx("gguf/stories260K.gguf"), "--no-bos", "--show-count", "--ids", "-p",
+         "<|im_end|>\\n<|im_start|>user\\nAgain<|im_end|>\\n<|im_start|>assistant\\n"])
+suffix = re.search(rb"Total number of tokens: (\d+)", t.stdout)
+check("chat template: the second turn prefills only the new suffix", len(prefilled) == 2 and suffix is not None
+      and prefilled[1] == int(suffix.group(1)), f"prefilled={prefilled} tokenize={t.stdout[-60:]!r}")
 r = run([chat, "-m", fx("gguf/stories260K.gguf"), "--chat-template", "nonsense"], stdin=b"")
 check("chat: unknown --chat-template is an error", r.returncode == 1 and b"chatml" in r.stderr, f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
 
