@@ -450,3 +450,26 @@ TEST_CASE("bpe: a tiny hand-made vocabulary merges by rank, leftmost on ties") {
   CHECK(invalid_argument_message([&] { bpe_tokenizer t(bad, whole); }).find("token types") != std::string::npos);
   CHECK(invalid_argument_message([&] { (void)tok.piece(100); }).find("outside") != std::string::npos);
 }
+
+#ifdef KESTREL_BPE_HAS_PRETOKENIZE
+TEST_CASE("bpe: with pretokenize.hpp's pre-tokenizers (one-argument constructor)") {
+  if (const auto p = fixture("llamacpp-vocab/ggml-vocab-gpt-2.gguf"))
+    check_bpe_vectors(bpe_tokenizer(load_bpe_gguf(*p)), "ggml-vocab-gpt-2", "gpt-2.gguf (pretokenize.hpp)");
+  const auto ej = fixture("bpe/llama3/encoder.json");
+  const auto vb = fixture("bpe/llama3/vocab.bpe");
+  if (ej && vb)
+    check_bpe_vectors(bpe_tokenizer(load_bpe_openai(*ej, *vb, "llama-bpe", true)), "ggml-vocab-llama-bpe",
+                      "llama3 encoder.json (pretokenize.hpp)");
+  if (const auto p = fixture("bpe/tiktoken/cl100k_base.tiktoken")) {
+    const bpe_tokenizer tok(load_bpe_tiktoken(*p));
+    for (const auto& [text, ids] : cl100k_vectors())
+      CHECK_MESSAGE(tok.encode(text, false) == std::vector<token_id>(ids.begin(), ids.end()), "cl100k: " << text);
+  }
+  for (const char* name : {"deepseek-coder", "deepseek-llm", "falcon", "mpt", "refact", "starcoder", "gpt-neox"}) {
+    const auto p = fixture(std::string("llamacpp-vocab/ggml-vocab-") + name + ".gguf");
+    if (!p) continue;
+    const bpe_tokenizer tok(load_bpe_gguf(*p));
+    for (const auto& s : varied_texts()) CHECK_MESSAGE(decode(tok, tok.encode(s, false)) == s, name << ": " << s);
+  }
+}
+#endif
