@@ -125,13 +125,11 @@ struct pretok_units {
   std::vector<std::size_t> off;    // (n_units + 1) byte offsets
 
   void decode(std::string_view text) {
-    cp.clear();
-    cls.clear();
-    off.clear();
-    cp.reserve(text.size());
-    cls.reserve(text.size());
-    off.reserve(text.size() + 1);
-    for (std::size_t pos = 0; pos < text.size();) {
+    cp.resize(text.size());  // upper bounds; trimmed below
+    cls.resize(text.size());
+    off.resize(text.size() + 1);
+    std::size_t n = 0;
+    for (std::size_t pos = 0; pos < text.size(); ++n) {
       const unicode::decoded d = unicode::decode_utf8(text, pos);
       const unicode::general_category c = unicode::category_of(d.cp);
       std::uint8_t bits = 0;
@@ -139,12 +137,15 @@ struct pretok_units {
       else if (unicode::is_number(c)) bits |= cls_number;
       else if (unicode::is_punctuation(c)) bits |= cls_punct;
       if (unicode::is_whitespace(d.cp)) bits |= cls_space;
-      cp.push_back(d.cp);
-      cls.push_back(bits);
-      off.push_back(pos);
+      cp[n] = d.cp;
+      cls[n] = bits;
+      off[n] = pos;
       pos += d.length;
     }
-    off.push_back(text.size());
+    off[n] = text.size();
+    cp.resize(n);
+    cls.resize(n);
+    off.resize(n + 1);
   }
   std::size_t size() const noexcept { return cp.size(); }
 };
@@ -163,15 +164,20 @@ inline std::size_t run_length(const pretok_units& u, std::size_t i, std::size_t 
 }
 
 inline bool unit_is(const pretok_units& u, std::size_t k, std::uint8_t bits) { return (u.cls[k] & bits) != 0; }
-inline bool is_l(const pretok_units& u, std::size_t k) { return unit_is(u, k, cls_letter); }
-inline bool is_n(const pretok_units& u, std::size_t k) { return unit_is(u, k, cls_number); }
-inline bool is_p(const pretok_units& u, std::size_t k) { return unit_is(u, k, cls_punct); }
-inline bool is_s(const pretok_units& u, std::size_t k) { return unit_is(u, k, cls_space); }
+inline constexpr auto is_l = [](const pretok_units& u, std::size_t k) -> bool {
+  return unit_is(u, k, cls_letter); };
+inline constexpr auto is_n = [](const pretok_units& u, std::size_t k) -> bool {
+  return unit_is(u, k, cls_number); };
+inline constexpr auto is_p = [](const pretok_units& u, std::size_t k) -> bool {
+  return unit_is(u, k, cls_punct); };
+inline constexpr auto is_s = [](const pretok_units& u, std::size_t k) -> bool {
+  return unit_is(u, k, cls_space); };
 /// [^\s\p{L}\p{N}]
-inline bool is_other(const pretok_units& u, std::size_t k) {
+inline constexpr auto is_other = [](const pretok_units& u, std::size_t k) -> bool {
   return (u.cls[k] & (cls_space | cls_letter | cls_number)) == 0;
-}
-inline bool is_crlf(const pretok_units& u, std::size_t k) { return u.cp[k] == U'\r' || u.cp[k] == U'\n'; }
+};
+inline constexpr auto is_crlf = [](const pretok_units& u, std::size_t k) -> bool {
+  return u.cp[k] == U'\r' || u.cp[k] == U'\n'; };
 
 /// `'s|'t|'re|'ve|'m|'ll|'d`, case-sensitive or under (?i:...) (simple case
 /// folding: ASCII letters, and U+017F for s).
@@ -241,24 +247,26 @@ inline std::size_t match_opt_space_run(const pretok_units& u, std::size_t i, std
   return 0;
 }
 
-inline bool is_falcon_punct(const pretok_units& u, std::size_t k) {
+inline constexpr auto is_falcon_punct = [](const pretok_units& u, std::size_t k) -> bool {
   const char32_t c = u.cp[k];
   return is_p(u, k) || c == U'$' || c == U'+' || c == U'<' || c == U'=' || c == U'>' || c == U'^' || c == U'~' ||
          c == U'|' || c == U'`';
-}
-inline bool is_default_punct(const pretok_units& u, std::size_t k) { return u.cp[k] != U'`' && is_falcon_punct(u, k); }
-inline bool is_ascii_digit(const pretok_units& u, std::size_t k) { return u.cp[k] >= U'0' && u.cp[k] <= U'9'; }
-inline bool is_deepseek_cjk(const pretok_units& u, std::size_t k) {
+};
+inline constexpr auto is_default_punct = [](const pretok_units& u, std::size_t k) -> bool {
+  return u.cp[k] != U'`' && is_falcon_punct(u, k); };
+inline constexpr auto is_ascii_digit = [](const pretok_units& u, std::size_t k) -> bool {
+  return u.cp[k] >= U'0' && u.cp[k] <= U'9'; };
+inline constexpr auto is_deepseek_cjk = [](const pretok_units& u, std::size_t k) -> bool {
   return u.cp[k] >= 0x800 && unicode::detail::in_ranges(unicode::tables::deepseek_cjk, u.cp[k]);
-}
-inline bool is_deepseek_letter(const pretok_units& u, std::size_t k) {
+};
+inline constexpr auto is_deepseek_letter = [](const pretok_units& u, std::size_t k) -> bool {
   const char32_t c = u.cp[k];
   if (c < 128) return (c | 32) >= U'a' && (c | 32) <= U'z';
   return unicode::detail::in_ranges(unicode::tables::deepseek_llm_letters, c);
-}
-inline bool is_deepseek_punct(const pretok_units& u, std::size_t k) {
+};
+inline constexpr auto is_deepseek_punct = [](const pretok_units& u, std::size_t k) -> bool {
   return unicode::detail::in_ranges(unicode::tables::deepseek_llm_punct, u.cp[k]);
-}
+};
 
 /// Splits every piece of `in` into matches and gaps (both kept) and appends them to `out`.
 template <class Match>
@@ -302,36 +310,50 @@ inline auto step(Match m) {
   };
 }
 
-inline std::size_t m_gpt2(const pretok_units& u, std::size_t i, std::size_t e) { return match_gpt2(u, i, e); }
-inline std::size_t m_llama3(const pretok_units& u, std::size_t i, std::size_t e) { return match_llama3(u, i, e, 3); }
-inline std::size_t m_qwen2(const pretok_units& u, std::size_t i, std::size_t e) { return match_llama3(u, i, e, 1); }
-inline std::size_t m_one_number(const pretok_units& u, std::size_t i, std::size_t) { return is_n(u, i) ? 1 : 0; }
-inline std::size_t m_numbers(const pretok_units& u, std::size_t i, std::size_t e) { return run_length(u, i, e, is_n); }
-inline std::size_t m_three_digits(const pretok_units& u, std::size_t i, std::size_t e) {
+inline constexpr auto m_gpt2 =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t { return match_gpt2(u, i, e); };
+inline constexpr auto m_llama3 =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t { return match_llama3(u, i, e, 3); };
+inline constexpr auto m_qwen2 =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t { return match_llama3(u, i, e, 1); };
+inline constexpr auto m_one_number =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t { return is_n(u, i) ? 1 : 0; };
+inline constexpr auto m_numbers =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t { return run_length(u, i, e, is_n); };
+inline constexpr auto m_three_digits =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t {
   return i + 3 <= e && is_ascii_digit(u, i) && is_ascii_digit(u, i + 1) && is_ascii_digit(u, i + 2) ? 3 : 0;
-}
-inline std::size_t m_falcon_punct(const pretok_units& u, std::size_t i, std::size_t e) {
+};
+inline constexpr auto m_falcon_punct =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t {
   return run_length(u, i, e, is_falcon_punct);
-}
-inline std::size_t m_default_punct(const pretok_units& u, std::size_t i, std::size_t e) {
+};
+inline constexpr auto m_default_punct =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t {
   return run_length(u, i, e, is_default_punct);
-}
-inline std::size_t m_crlf(const pretok_units& u, std::size_t i, std::size_t) { return is_crlf(u, i) ? 1 : 0; }
-inline std::size_t m_space_letters(const pretok_units& u, std::size_t i, std::size_t e) {
+};
+inline constexpr auto m_crlf =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t { return is_crlf(u, i) ? 1 : 0; };
+inline constexpr auto m_space_letters =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t {
   return match_opt_space_run(u, i, e, is_l);
-}
-inline std::size_t m_space_puncts(const pretok_units& u, std::size_t i, std::size_t e) {
+};
+inline constexpr auto m_space_puncts =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t {
   return match_opt_space_run(u, i, e, is_p);
-}
-inline std::size_t m_cjk(const pretok_units& u, std::size_t i, std::size_t e) {
+};
+inline constexpr auto m_cjk =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t {
   return run_length(u, i, e, is_deepseek_cjk);
-}
-inline std::size_t m_deepseek_letters(const pretok_units& u, std::size_t i, std::size_t e) {
+};
+inline constexpr auto m_deepseek_letters =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t {
   return match_opt_space_run(u, i, e, is_deepseek_letter);
-}
-inline std::size_t m_deepseek_puncts(const pretok_units& u, std::size_t i, std::size_t e) {
+};
+inline constexpr auto m_deepseek_puncts =
+    [](const pretok_units& u, std::size_t i, [[maybe_unused]] std::size_t e) -> std::size_t {
   return match_opt_space_run(u, i, e, is_deepseek_punct);
-}
+};
 
 }  // namespace detail
 
