@@ -69,6 +69,18 @@ class spm_tokenizer {
       const auto specials = special_tokens_of(vocab_.pieces, vocab_.types);
       specials_ = special_splitter(specials);
     }
+    // Words can be merged one at a time when no mergeable piece has a "▁"
+    // right after something other than "▁": then no merge can join a
+    // character to the space run that begins the next word, so splitting the
+    // text before each such run changes nothing but the cost (true for
+    // Llama 2, Phi-3, baichuan and tok512; checked, not assumed).
+    word_split_exact_ = true;
+    for (const auto& [piece, id] : piece_id_)
+      for (std::size_t at = piece.find(spm_space, 1); at != std::string::npos; at = piece.find(spm_space, at + 1))
+        if (at < spm_space.size() || piece.compare(at - spm_space.size(), spm_space.size(), spm_space) != 0) {
+          word_split_exact_ = false;
+          break;
+        }
     if (vocab_.unk == no_token)
       for (std::size_t b = 0; b < 256; ++b)
         if (byte_id_[b] == no_token)
@@ -171,7 +183,24 @@ class spm_tokenizer {
   void encode_append(std::string_view text, std::vector<token_id>& out) const {
     if (text.empty()) return;  // no dummy prefix for empty text: "" -> []
     const std::string norm = normalize(text);
+    if (!word_split_exact_) return encode_segment(norm, out);
+    // One word at a time (see word_split_exact_): a word starts where a run
+    // of "▁" follows anything else. Keeps the queue small and the text in
+    // cache: 1 MB encodes ~6x faster than as one sequence (bench/tokenizer.cpp).
+    const std::string_view all(norm);
+    std::size_t begin = 0;
+    for (std::size_t at = all.find(spm_space, 1); at != std::string_view::npos; at = all.find(spm_space, at + 1)) {
+      if (at >= spm_space.size() && all.compare(at - spm_space.size(), spm_space.size(), spm_space) == 0) continue;
+      encode_segment(all.substr(begin, at - begin), out);
+      begin = at;
+    }
+    encode_segment(all.substr(begin), out);
+  }
 
+ private:
+  /// Steps 2-4 on one normalised segment.
+  void encode_segment(std::string_view norm, std::vector<token_id>& out) const {
+    if (norm.empty()) return;
     // Step 2: one symbol per UTF-8 character, or per invalid byte.
     std::vector<symbol> sym;
     sym.reserve(norm.size());
@@ -231,7 +260,6 @@ class spm_tokenizer {
     }
   }
 
- private:
   struct symbol {
     std::ptrdiff_t prev, next;  // neighbours in the linked list, -1 at the ends
     std::size_t off, len;       // bytes of the normalised text; len 0 once merged away
@@ -280,6 +308,7 @@ class spm_tokenizer {
   std::array<token_id, 256> byte_id_{};  // byte -> its "<0xXX>" token, or no_token
   std::size_t n_byte_tokens_ = 0;
   special_splitter specials_;  // control, user-defined and unknown spellings
+  bool word_split_exact_ = false;  // merges never cross the start of a "▁" run (see the constructor)
 };
 
 static_assert(Tokenizer<spm_tokenizer>);
