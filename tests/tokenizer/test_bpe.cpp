@@ -20,116 +20,8 @@ using namespace kestrel::test;
 
 namespace {
 
-// ---- a temporary pre-tokenizer, until tokenizer/pretokenize.hpp lands ----
-// Hand-written GPT-2 and Llama-3 regex matchers over an approximate letter /
-// number / space classification that covers the vectors' scripts.
-namespace temp_pretok {
-enum cls { L, N, S, O };
-struct unit {
-  char32_t cp;
-  std::size_t len;
-};
-inline unit decode_at(std::string_view s, std::size_t i) {
-  const auto r = detail::utf8_classify(s.substr(i));
-  if (r.kind != detail::utf8_scan::complete) return {0xFFFD, 1};
-  const auto b0 = static_cast<unsigned char>(s[i]);
-  char32_t cp = r.length == 1 ? b0 : r.length == 2 ? (b0 & 0x1Fu) : r.length == 3 ? (b0 & 0x0Fu) : (b0 & 0x07u);
-  for (std::size_t k = 1; k < r.length; ++k) cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3Fu);
-  return {cp, r.length};
-}
-inline cls classify(char32_t c) {
-  if (c == ' ' || (c >= 9 && c <= 13) || c == 0x85 || c == 0xA0 || c == 0x1680 || (c >= 0x2000 && c <= 0x200A) ||
-      c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000)
-    return S;
-  if ((c >= '0' && c <= '9') || c == 0xB2 || c == 0xB3 || c == 0xB9 || (c >= 0xBC && c <= 0xBE) ||
-      (c >= 0xFF10 && c <= 0xFF19))
-    return N;
-  if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == 0xAA || c == 0xB5 || c == 0xBA ||
-      (c >= 0xC0 && c <= 0x2C1 && c != 0xD7 && c != 0xF7) || (c >= 0x370 && c <= 0x3FF) ||
-      (c >= 0x400 && c <= 0x481) || (c >= 0x48A && c <= 0x52F) || (c >= 0x1780 && c <= 0x17B3) ||
-      (c >= 0x1E00 && c <= 0x1FFF) || (c >= 0x3041 && c <= 0x3096) || (c >= 0x30A1 && c <= 0x30FA) ||
-      (c >= 0x3400 && c <= 0x4DBF) || (c >= 0x4E00 && c <= 0x9FFF) || (c >= 0xAC00 && c <= 0xD7A3) ||
-      (c >= 0xFF21 && c <= 0xFF3A) || (c >= 0xFF41 && c <= 0xFF5A))
-    return L;
-  return O;
-}
-inline void split(std::string_view s, std::vector<std::string_view>& out, bool llama3) {
-  std::size_t i = 0;
-  auto cls_at = [&](std::size_t k) { return k < s.size() ? classify(decode_at(s, k).cp) : O; };
-  auto len_at = [&](std::size_t k) { return decode_at(s, k).len; };
-  auto is_nl = [&](std::size_t k) { return k < s.size() && (s[k] == '\r' || s[k] == '\n'); };
-  auto run = [&](std::size_t k, cls c) {
-    while (k < s.size() && cls_at(k) == c) k += len_at(k);
-    return k;
-  };
-  while (i < s.size()) {
-    const std::size_t start = i;
-    // contractions
-    if (s[i] == '\'' && i + 1 < s.size()) {
-      std::size_t m = 0;
-      for (std::string_view suf : {"re", "ve", "ll", "s", "t", "m", "d"}) {
-        const std::string_view got = s.substr(i + 1, suf.size());
-        bool eq = got.size() == suf.size();
-        for (std::size_t k = 0; eq && k < suf.size(); ++k)
-          eq = llama3 ? (std::tolower(static_cast<unsigned char>(got[k])) == suf[k]) : got[k] == suf[k];
-        if (eq) { m = suf.size(); break; }
-      }
-      if (m) { out.push_back(s.substr(i, m + 1)); i += m + 1; continue; }
-    }
-    const cls c = cls_at(i);
-    const std::size_t n1 = i + len_at(i);
-    if (llama3) {
-      if (c == L || (c != N && !is_nl(i) && n1 < s.size() && cls_at(n1) == L)) {
-        std::size_t j = run(c == L ? i : n1, L);
-        out.push_back(s.substr(start, j - start)); i = j; continue;
-      }
-      if (c == N) {
-        std::size_t j = i;
-        for (int k = 0; k < 3 && j < s.size() && cls_at(j) == N; ++k) j += len_at(j);
-        out.push_back(s.substr(start, j - start)); i = j; continue;
-      }
-    } else {
-      const bool sp = s[i] == ' ' && n1 < s.size();
-      const cls c2 = sp ? cls_at(n1) : c;
-      if (c2 == L || c2 == N) {
-        std::size_t j = run(sp ? n1 : i, c2);
-        out.push_back(s.substr(start, j - start)); i = j; continue;
-      }
-    }
-    {  // ` ?[^\s\p{L}\p{N}]+`
-      const bool sp = s[i] == ' ' && n1 < s.size() && cls_at(n1) == O;
-      if (c == O || sp) {
-        std::size_t j = run(sp ? n1 : i, O);
-        if (llama3) while (is_nl(j)) ++j;
-        out.push_back(s.substr(start, j - start)); i = j; continue;
-      }
-    }
-    // whitespace run
-    std::size_t j = run(i, S);
-    if (llama3) {
-      std::size_t last_nl = std::string_view::npos;
-      for (std::size_t k = i; k < j; ++k) if (is_nl(k)) last_nl = k;
-      if (last_nl != std::string_view::npos) { out.push_back(s.substr(i, last_nl + 1 - i)); i = last_nl + 1; continue; }
-    }
-    if (j < s.size() && j - i >= 2) {
-      std::size_t last = i;  // start of the last whitespace char
-      for (std::size_t k = i; k < j; k += len_at(k)) last = k;
-      j = last;
-    }
-    out.push_back(s.substr(i, j - i));
-    i = j;
-  }
-}
-inline bpe_splitter for_name(const std::string& pre) {
-  const bool llama3 = pre == "llama-bpe";
-  return [llama3](std::string_view s, std::vector<std::string_view>& out) { split(s, out, llama3); };
-}
-}  // namespace temp_pretok
 
-bpe_tokenizer make(bpe_vocab v) {
-  auto split = temp_pretok::for_name(v.pre);
-  return bpe_tokenizer(std::move(v), std::move(split));
-}
+bpe_tokenizer make(bpe_vocab v) { return bpe_tokenizer(std::move(v)); }
 
 const bpe_tokenizer* gpt2_gguf() {
   static const std::unique_ptr<bpe_tokenizer> tok = []() -> std::unique_ptr<bpe_tokenizer> {
@@ -451,7 +343,6 @@ TEST_CASE("bpe: a tiny hand-made vocabulary merges by rank, leftmost on ties") {
   CHECK(invalid_argument_message([&] { (void)tok.piece(100); }).find("outside") != std::string::npos);
 }
 
-#ifdef KESTREL_BPE_HAS_PRETOKENIZE
 TEST_CASE("bpe: with pretokenize.hpp's pre-tokenizers (one-argument constructor)") {
   if (const auto p = fixture("llamacpp-vocab/ggml-vocab-gpt-2.gguf"))
     check_bpe_vectors(bpe_tokenizer(load_bpe_gguf(*p)), "ggml-vocab-gpt-2", "gpt-2.gguf (pretokenize.hpp)");
@@ -472,4 +363,3 @@ TEST_CASE("bpe: with pretokenize.hpp's pre-tokenizers (one-argument constructor)
     for (const auto& s : varied_texts()) CHECK_MESSAGE(decode(tok, tok.encode(s, false)) == s, name << ": " << s);
   }
 }
-#endif

@@ -50,10 +50,8 @@
 #include "kestrel/core/token.hpp"
 #include "kestrel/tokenizer/bpe_vocab.hpp"
 #include "kestrel/tokenizer/concepts.hpp"
-#if __has_include("kestrel/tokenizer/pretokenize.hpp")
 #include "kestrel/tokenizer/pretokenize.hpp"
-#define KESTREL_BPE_HAS_PRETOKENIZE 1
-#endif
+#include "kestrel/tokenizer/special.hpp"
 
 namespace kestrel {
 
@@ -62,26 +60,22 @@ using bpe_splitter = std::function<void(std::string_view, std::vector<std::strin
 
 class bpe_tokenizer {
  public:
-#ifdef KESTREL_BPE_HAS_PRETOKENIZE
   /// Validates and indexes `v`; pre-tokenizes by v.pre. Throws
   /// invalid_argument on a bad vocabulary or an unknown pre-tokenizer name.
   explicit bpe_tokenizer(bpe_vocab v) : bpe_tokenizer(std::move(v), bpe_splitter{}) {}
-#endif
 
   /// As above, with a caller-supplied pre-tokenizer (e.g. for a regex that
   /// pretokenize.hpp does not know). An empty `split` means v.pre's.
   bpe_tokenizer(bpe_vocab v, bpe_splitter split) : vocab_(std::move(v)), split_(std::move(split)) {
     validate(vocab_);
     if (!split_) {
-#ifdef KESTREL_BPE_HAS_PRETOKENIZE
+      // No tokenizer.ggml.pre (gpt-neox) means llama.cpp's "default" rules.
       const pre_tokenizer p = pre_tokenizer_from_name(vocab_.pre.empty() ? std::string_view("default") : std::string_view(vocab_.pre));
       split_ = [p](std::string_view text, std::vector<std::string_view>& out) { pretokenize(p, text, out); };
-#else
-      throw invalid_argument("bpe_tokenizer: no pre-tokenizer given for '" + vocab_.pre + "'");
-#endif
     }
     if (vocab_.types.empty()) vocab_.types.assign(vocab_.tokens.size(), token_type::normal);
     index();
+    specials_ = special_splitter(special_tokens_of(vocab_.tokens, vocab_.types));
   }
 
   // ---- the Tokenizer concept ----
@@ -95,6 +89,25 @@ class bpe_tokenizer {
     encode_append(text, out);
     return out;
   }
+
+  /// encode() with llama.cpp's parse_special: when on, the spellings of
+  /// control, user-defined and unknown tokens in `text` become their ids and
+  /// the text between them is encoded on its own. When off, encode(text, add_bos).
+  std::vector<token_id> encode(std::string_view text, bool add_bos, bool parse_special) const {
+    if (!parse_special) return encode(text, add_bos);
+    std::vector<token_id> out;
+    if (add_bos && vocab_.bos != no_token) out.push_back(vocab_.bos);
+    specials_.split(text, [&](special_segment seg) {
+      if (seg.is_special())
+        out.push_back(seg.id);
+      else
+        encode_append(seg.text, out);
+    });
+    return out;
+  }
+
+  /// The special tokens that encode(..., parse_special = true) cuts out.
+  const special_splitter& specials() const noexcept { return specials_; }
 
   /// The vocabulary entry as the file spells it ("Ġhello", "<|endoftext|>").
   std::string_view piece(token_id id) const { return vocab_.tokens[checked(id)]; }
@@ -348,6 +361,7 @@ class bpe_tokenizer {
 
   bpe_vocab vocab_;
   bpe_splitter split_;
+  special_splitter specials_;  // control, user-defined and unknown spellings
   std::vector<std::string> bytes_;  // (n_vocab) the bytes each token stands for
   std::unordered_map<std::string, token_id, string_hash, std::equal_to<>> bytes_id_;  // text tokens by bytes
   std::array<token_id, 256> byte_id_{};                     // byte -> its token, or no_token
