@@ -17,7 +17,7 @@ int main(int argc, char** argv) try {
   }
   // 1. Load: the weights stay in the file's memory map (zero copy).
   auto file = kestrel::load_model_file(argv[1]);
-  kestrel::spm_tokenizer tok(file.vocab);
+  const auto& tok = file.tokenizer;  // SentencePiece or byte-level BPE, as the file says
 
   // 2. Compose the model from policies: config (dynamic dims), backend, KV cache (default: contiguous).
   kestrel::llama_model<> model(file.weights, /*n_ctx=*/0, kestrel::cpu_backend(/*threads=*/2));

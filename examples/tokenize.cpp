@@ -6,9 +6,9 @@
 //    15043 -> ' Hello'
 //     3186 -> ' world'
 //
-// The program is one template, run() over any Tokenizer; the vocabulary's
-// kind picks the type at one place, load(): a new tokenizer family is one
-// more alternative in `any_tokenizer` and one more branch there.
+// The program is one template, run() over any Tokenizer, instantiated for
+// each alternative of kestrel::any_tokenizer (SentencePiece, byte-level BPE);
+// kestrel::tokenizer_from_gguf picks the family from the file.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -21,8 +21,7 @@
 
 #include "common/cli.hpp"
 #include "kestrel/io/gguf.hpp"
-#include "kestrel/tokenizer/gguf_vocab.hpp"
-#include "kestrel/tokenizer/spm.hpp"
+#include "kestrel/tokenizer/any.hpp"
 
 namespace {
 
@@ -43,17 +42,6 @@ struct tokenize_options {
   std::optional<std::string> prompt, file;
   bool from_stdin = false, ids = false, no_bos = false, parse_special = true, escape = true, show_count = false;
 };
-
-using any_tokenizer = std::variant<kestrel::spm_tokenizer>;
-
-any_tokenizer load(const std::string& path) {
-  const kestrel::io::gguf_file f(path);
-  const auto model = f.get_optional<std::string>("tokenizer.ggml.model");
-  if (!model) throw kestrel::file_error(path, "no tokenizer.ggml.model: the file carries no vocabulary");
-  if (*model == "llama") return kestrel::spm_tokenizer(kestrel::vocab_from_gguf(f));
-  throw kestrel::file_error(path, "tokenizer.ggml.model '" + *model +
-                                      "' is not supported by kestrel-tokenize yet (supported: llama)");
-}
 
 template <kestrel::Tokenizer T>
 std::vector<kestrel::token_id> encode(const T& tok, std::string_view text, bool add_bos, bool parse_special) {
@@ -189,8 +177,8 @@ int main(int argc, char** argv) {
     } else {
       text.assign(std::istreambuf_iterator<char>(std::cin), {});
     }
-    const auto tok = load(o.model);
-    std::visit([&](const auto& t) { run(t, o, text); }, tok);
+    const auto tok = kestrel::tokenizer_from_gguf(kestrel::io::gguf_file(o.model));
+    std::visit([&](const auto& t) { run(t, o, text); }, tok.get());
   } catch (const std::exception& e) {
     std::fflush(stdout);
     kestrel::cli::die(e.what());

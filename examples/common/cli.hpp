@@ -119,11 +119,11 @@ struct session {
   explicit session(options& o)
       : sampler(sampling(o)),
         file(load_model_file(o.model, tokenizer_path(o))),
-        tok(file.vocab),
+        tok(file.tokenizer),
         model(file.weights, static_cast<std::size_t>(o.n_ctx), cpu_backend(static_cast<std::size_t>(o.n_threads))) {}
   sampler_chain sampler;
   model_file file;
-  spm_tokenizer tok;
+  const any_tokenizer& tok;  // file.tokenizer
   llama_model<> model;
 };
 

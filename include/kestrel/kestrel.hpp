@@ -3,7 +3,7 @@
 //   #include <kestrel/kestrel.hpp>
 //   auto file = kestrel::load_model_file("stories260K.gguf");
 //   kestrel::llama_model<> model(file.weights, /*n_ctx=*/0, kestrel::cpu_backend(2));
-//   kestrel::spm_tokenizer tok(file.vocab);
+//   const auto& tok = file.tokenizer;
 //   kestrel::sampler_chain sampler({.temperature = 0.8f, .seed = 42});
 //   auto prompt = tok.encode("Once upon a time", /*add_bos=*/true);
 //   kestrel::generate(model, sampler, tok, prompt, 64, [](std::string_view s) { std::cout << s; });
@@ -29,7 +29,13 @@
 #include "kestrel/model/load.hpp"
 #include "kestrel/model/weights.hpp"
 #include "kestrel/sampler/samplers.hpp"
+#include "kestrel/tokenizer/any.hpp"
+#include "kestrel/tokenizer/bpe.hpp"
+#include "kestrel/tokenizer/bpe_loaders.hpp"
+#include "kestrel/tokenizer/chat_template.hpp"
 #include "kestrel/tokenizer/detokenizer.hpp"
 #include "kestrel/tokenizer/gguf_vocab.hpp"
 #include "kestrel/tokenizer/llama2c_vocab.hpp"
+#include "kestrel/tokenizer/pretokenize.hpp"
+#include "kestrel/tokenizer/special.hpp"
 #include "kestrel/tokenizer/spm.hpp"

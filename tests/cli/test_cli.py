@@ -131,6 +131,8 @@ if os.path.exists(tokenize):
     r = run([tokenize, "-m", spm, "--stdin", "--ids", "--show-count"], stdin=b"Hello world")
     check("tokenize: --stdin --show-count", r.returncode == 0 and r.stdout == b"[1, 15043, 3186]\nTotal number of tokens: 3\n",
           repr(r.stdout))
+    r = run([tokenize, "-m", fx("llamacpp-vocab/ggml-vocab-gpt-2.gguf"), "-p", "Hello world", "--ids", "--no-bos"])
+    check("tokenize: byte-level BPE (gpt-2)", r.returncode == 0 and r.stdout == b"[15496, 995]\n", repr(r.stdout))
     r = run([tokenize, "-m", spm, "-f", fx("llamacpp-vocab/ggml-vocab-llama-spm.gguf.inp"), "--ids"])
     check("tokenize: -f FILE", r.returncode == 0 and r.stdout.startswith(b"[1, "), repr(r.stdout[:80]))
     r = run([tokenize, "-m", fx("gguf/stories260K.gguf"), "-p", "Once upon a time"])

@@ -17,7 +17,7 @@ namespace {
 /// What kestrel-generate prints for an empty prompt: the generated text.
 template <class S>
 std::string run(const model_file& f, S& sampler, std::size_t n) {
-  spm_tokenizer tok(f.vocab);
+  const auto& tok = f.tokenizer;
   llama_model<> model(f.weights, 0, cpu_backend(2));
   const auto prompt = tok.encode("", /*add_bos=*/true);
   REQUIRE(prompt == std::vector<token_id>{tok.bos()});
@@ -57,7 +57,7 @@ TEST_CASE("greedy token ids match the derived reference ids") {
   const auto f = test::stories260k(true);
   if (!ref || !f) return;
   const auto expected = test::json_ids((*test::reference_case(*ref, "test_all_greedy_200"))["generated_ids_derived"]);
-  spm_tokenizer tok(f->vocab);
+  const auto& tok = f->tokenizer;
   llama_model<> model(f->weights, 0, cpu_backend(1));
   greedy_sampler greedy;
   std::vector<token_id> ids;

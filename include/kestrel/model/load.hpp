@@ -18,10 +18,8 @@
 #include "kestrel/io/llama2c.hpp"
 #include "kestrel/model/config.hpp"
 #include "kestrel/model/weights.hpp"
-#include "kestrel/tokenizer/gguf_vocab.hpp"
+#include "kestrel/tokenizer/any.hpp"
 #include "kestrel/tokenizer/llama2c_vocab.hpp"
-#include "kestrel/tokenizer/spm.hpp"
-#include "kestrel/tokenizer/vocab.hpp"
 
 namespace kestrel {
 
@@ -160,37 +158,38 @@ inline llama_weights load_llama2c_weights(std::shared_ptr<const io::llama2c_chec
   return w;
 }
 
-/// A model file and its vocabulary, ready to build a model from.
+/// A model file and its tokenizer, ready to build a model from.
 struct model_file {
   std::string path;
   model_format format = model_format::gguf;
   llama_weights weights;
-  spm_vocab vocab;
+  any_tokenizer tokenizer;  // SentencePiece or byte-level BPE, as the file says
 };
 
-/// Loads a GGUF file (weights and vocabulary), or a llama2.c checkpoint with
-/// its `tokenizer.bin` (required for llama2.c files, ignored otherwise... an
-/// explicit tokenizer for a GGUF file replaces the embedded vocabulary).
+/// Loads a GGUF file (weights and tokenizer), or a llama2.c checkpoint with
+/// its `tokenizer.bin` (required for llama2.c files; for a GGUF file an
+/// explicit tokenizer.bin replaces the embedded vocabulary).
 inline model_file load_model_file(const std::filesystem::path& path,
                                   const std::optional<std::filesystem::path>& tokenizer = std::nullopt) {
-  model_file out;
-  out.path = path.string();
-  out.format = detect_format(path);
-  if (out.format == model_format::gguf) {
-    auto f = std::make_shared<const io::gguf_file>(path);
-    out.weights = load_gguf_weights(f);
-    out.vocab = tokenizer ? load_llama2c_tokenizer(*tokenizer, out.weights.hparams.n_vocab) : vocab_from_gguf(*f);
-  } else {
-    auto c = std::make_shared<const io::llama2c_checkpoint>(path);
-    out.weights = load_llama2c_weights(c);
-    if (!tokenizer)
-      throw invalid_argument(out.path + ": a llama2.c checkpoint has no vocabulary; pass its tokenizer.bin (--tokenizer FILE)");
-    out.vocab = load_llama2c_tokenizer(*tokenizer, out.weights.hparams.n_vocab);
-  }
-  if (out.vocab.pieces.size() != out.weights.hparams.n_vocab)
-    throw invalid_argument(out.path + ": the vocabulary has " + std::to_string(out.vocab.pieces.size()) +
-                           " tokens but the model's embedding has " + std::to_string(out.weights.hparams.n_vocab));
-  return out;
+  const std::string name = path.string();
+  const model_format format = detect_format(path);
+  llama_weights weights;
+  auto tok = [&]() -> any_tokenizer {
+    if (format == model_format::gguf) {
+      auto f = std::make_shared<const io::gguf_file>(path);
+      weights = load_gguf_weights(f);
+      if (!tokenizer) return tokenizer_from_gguf(*f);
+    } else {
+      weights = load_llama2c_weights(std::make_shared<const io::llama2c_checkpoint>(path));
+      if (!tokenizer)
+        throw invalid_argument(name + ": a llama2.c checkpoint has no vocabulary; pass its tokenizer.bin (--tokenizer FILE)");
+    }
+    return spm_tokenizer(load_llama2c_tokenizer(*tokenizer, weights.hparams.n_vocab));
+  }();
+  if (tok.n_vocab() != weights.hparams.n_vocab)
+    throw invalid_argument(name + ": the vocabulary has " + std::to_string(tok.n_vocab()) +
+                           " tokens but the model's embedding has " + std::to_string(weights.hparams.n_vocab));
+  return {name, format, std::move(weights), std::move(tok)};
 }
 
 }  // namespace kestrel

@@ -1,0 +1,58 @@
+// tokenizer/any.hpp: the run-time choice of tokenizer family from a GGUF file.
+#include <doctest/doctest.h>
+
+#include <string>
+
+#include "fixtures.hpp"
+#include "kestrel/tokenizer/any.hpp"
+#include "kestrel/tokenizer/detokenizer.hpp"
+#include "tokenizer/helpers.hpp"
+
+using namespace kestrel;
+
+namespace {
+
+/// llama.cpp's vectors through any_tokenizer: the family comes from the file.
+void check_vectors(const std::string& name) {
+  const auto p = test::fixture("llamacpp-vocab/" + name + ".gguf");
+  const auto inp = test::fixture("llamacpp-vocab/" + name + ".gguf.inp");
+  const auto out = test::fixture("llamacpp-vocab/" + name + ".gguf.out");
+  if (!p || !inp || !out) return;
+  const any_tokenizer tok = tokenizer_from_gguf(io::gguf_file(*p));
+  const auto cases = test::split_vocab_inp(test::read_file(*inp));
+  const auto expected = test::parse_vocab_out(test::read_file(*out));
+  REQUIRE(cases.size() == 46);
+  std::size_t passed = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto ids = tok.encode(cases[i], false, false);
+    passed += ids == expected[i];
+    CHECK_MESSAGE(ids == expected[i], name << " case " << i);
+    CHECK(decode(tok, ids) == cases[i]);  // every case is representable in these vocabularies
+  }
+  MESSAGE(name << ": " << passed << "/46 through any_tokenizer");
+}
+
+}  // namespace
+
+static_assert(Tokenizer<any_tokenizer>);
+
+TEST_CASE("any_tokenizer: SentencePiece and byte-level BPE from GGUF, llama.cpp's vectors 46/46") {
+  check_vectors("ggml-vocab-llama-spm");
+  check_vectors("ggml-vocab-phi-3");
+  check_vectors("ggml-vocab-gpt-2");
+  if (const auto p = test::fixture("llamacpp-vocab/ggml-vocab-gpt-2.gguf")) {
+    const auto tok = tokenizer_from_gguf(io::gguf_file(*p));
+    CHECK(tok.bpe() != nullptr);
+    CHECK_FALSE(tok.add_space_prefix());
+  }
+}
+
+TEST_CASE("any_tokenizer: a vocabulary of an unsupported family is a clear error") {
+  if (const auto p = test::fixture("llamacpp-vocab/ggml-vocab-bert-bge.gguf"))
+    CHECK_THROWS_WITH_AS(tokenizer_from_gguf(io::gguf_file(*p)), doctest::Contains("'bert' is not supported"), file_error);
+  if (const auto p = test::fixture("gguf/llama-2-tiny-random.gguf")) {
+    const auto tok = tokenizer_from_gguf(io::gguf_file(*p));
+    CHECK(tok.spm() != nullptr);
+    CHECK(tok.n_vocab() == 32000);
+  }
+}
