@@ -2,7 +2,7 @@
 // multilingual text at sizes 1 KB .. 1 MB (doubling), to show linear growth,
 // printed as JSON lines (medians of -r repeats).
 //
-//   kestrel-bench-tokenize -m VOCAB.gguf [-f TEXT] [-r 5]
+//   kestrel-bench-tokenize -m VOCAB.gguf [-f TEXT] [-r 5]     (SentencePiece or byte-level BPE)
 //   kestrel-bench-tokenize -m tokenizer.bin --n-vocab 32000 [-f TEXT]
 //
 // Without -f the text is built from the llama.cpp tokenizer test inputs
@@ -21,10 +21,9 @@
 #include "common.hpp"
 #include "kestrel/core/mmap.hpp"
 #include "kestrel/io/gguf.hpp"
+#include "kestrel/tokenizer/any.hpp"
 #include "kestrel/tokenizer/detokenizer.hpp"
-#include "kestrel/tokenizer/gguf_vocab.hpp"
 #include "kestrel/tokenizer/llama2c_vocab.hpp"
-#include "kestrel/tokenizer/spm.hpp"
 
 namespace {
 
@@ -85,8 +84,9 @@ int main(int argc, char** argv) {
   }
   if (model.empty()) die("usage: kestrel-bench-tokenize -m VOCAB [-f TEXT] [-r N] [--n-vocab N]");
   try {
-    const kestrel::spm_tokenizer tok(n_vocab ? kestrel::load_llama2c_tokenizer(model, static_cast<std::size_t>(n_vocab))
-                                             : kestrel::vocab_from_gguf(kestrel::io::gguf_file(model)));
+    const kestrel::any_tokenizer tok =
+        n_vocab ? kestrel::any_tokenizer(kestrel::spm_tokenizer(kestrel::load_llama2c_tokenizer(model, static_cast<std::size_t>(n_vocab))))
+                : kestrel::tokenizer_from_gguf(kestrel::io::gguf_file(model));
     const std::string text = text_path.empty() ? default_text() : read_all(text_path);
     for (std::size_t size = 1024; size <= text.size(); size *= 2) {
       const std::string_view s = prefix(text, size);
