@@ -56,3 +56,19 @@ TEST_CASE("any_tokenizer: a vocabulary of an unsupported family is a clear error
     CHECK(tok.n_vocab() == 32000);
   }
 }
+
+TEST_CASE("user-defined tokens are cut out even without parse_special, as llama.cpp does") {
+  // Expected ids from llama.cpp's llama-tokenize (c392e50) with --no-bos
+  // --no-parse-special: gpt-neox's whitespace runs are user-defined tokens
+  // (50270, 50275, 50276) that its merges alone would never produce.
+  if (const auto p = test::fixture("llamacpp-vocab/ggml-vocab-gpt-neox.gguf")) {
+    const auto tok = tokenizer_from_gguf(io::gguf_file(*p));
+    CHECK(tok.encode("def f():\n        return   1", false) == std::vector<token_id>{1545, 269, 14850, 187, 50270, 2309, 50275, 18});
+    CHECK(tok.encode("Hello   world  !", false) == std::vector<token_id>{12092, 50275, 10186, 50276, 2});
+  }
+  if (const auto p = test::fixture("llamacpp-vocab/ggml-vocab-deepseek-coder.gguf")) {
+    const auto tok = tokenizer_from_gguf(io::gguf_file(*p));
+    CHECK(tok.encode("def f():\n        return   1", false) == std::vector<token_id>{1551, 267, 10942, 185, 436, 967, 315, 16});
+    CHECK(tok.encode("Hello   world  !", false) == std::vector<token_id>{17535, 243, 1835, 207, 2069});
+  }
+}

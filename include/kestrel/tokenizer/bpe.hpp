@@ -76,28 +76,30 @@ class bpe_tokenizer {
     if (vocab_.types.empty()) vocab_.types.assign(vocab_.tokens.size(), token_type::normal);
     index();
     specials_ = special_splitter(special_tokens_of(vocab_.tokens, vocab_.types));
+    user_defined_ = special_splitter(user_defined_tokens_of(vocab_.tokens, vocab_.types));
   }
 
   // ---- the Tokenizer concept ----
 
   /// The ids of `text` (see the file comment), with bos() first when
   /// `add_bos` (and a bos exists). add_eos() is the caller's business.
-  std::vector<token_id> encode(std::string_view text, bool add_bos) const {
-    std::vector<token_id> out;
-    out.reserve(text.size() / 3 + 2);
-    if (add_bos && vocab_.bos != no_token) out.push_back(vocab_.bos);
-    encode_append(text, out);
-    return out;
-  }
+  std::vector<token_id> encode(std::string_view text, bool add_bos) const { return encode(text, add_bos, false); }
 
   /// encode() with llama.cpp's parse_special: when on, the spellings of
   /// control, user-defined and unknown tokens in `text` become their ids and
-  /// the text between them is encoded on its own. When off, encode(text, add_bos).
+  /// the text between them is encoded on its own. When off, only user-defined
+  /// spellings are cut out (llama.cpp's rule: gpt-neox's whitespace-run
+  /// tokens, DeepSeek's added pieces), and control spellings stay text.
   std::vector<token_id> encode(std::string_view text, bool add_bos, bool parse_special) const {
-    if (!parse_special) return encode(text, add_bos);
     std::vector<token_id> out;
+    out.reserve(text.size() / 3 + 2);
     if (add_bos && vocab_.bos != no_token) out.push_back(vocab_.bos);
-    specials_.split(text, [&](special_segment seg) {
+    const special_splitter& cut = parse_special ? specials_ : user_defined_;
+    if (cut.size() == 0) {
+      encode_append(text, out);
+      return out;
+    }
+    cut.split(text, [&](special_segment seg) {
       if (seg.is_special())
         out.push_back(seg.id);
       else
@@ -362,6 +364,7 @@ class bpe_tokenizer {
   bpe_vocab vocab_;
   bpe_splitter split_;
   special_splitter specials_;  // control, user-defined and unknown spellings
+  special_splitter user_defined_;  // user-defined spellings only: cut out even without parse_special
   std::vector<std::string> bytes_;  // (n_vocab) the bytes each token stands for
   std::unordered_map<std::string, token_id, string_hash, std::equal_to<>> bytes_id_;  // text tokens by bytes
   std::array<token_id, 256> byte_id_{};                     // byte -> its token, or no_token

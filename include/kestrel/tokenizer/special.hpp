@@ -178,6 +178,17 @@ inline std::vector<special_token> special_tokens_of(std::span<const std::string>
   return out;
 }
 
+/// The user-defined tokens alone: llama.cpp cuts these out of the text even
+/// when parse_special is off (only control and unknown spellings stay text),
+/// e.g. gpt-neox's whitespace-run tokens or DeepSeek's added pieces.
+inline std::vector<special_token> user_defined_tokens_of(std::span<const std::string> pieces,
+                                                         std::span<const std::int32_t> types) {
+  std::vector<special_token> out;
+  for (std::size_t i = 0; i < types.size() && i < pieces.size(); ++i)
+    if (types[i] == token_type::user_defined && !pieces[i].empty()) out.push_back({pieces[i], static_cast<token_id>(i)});
+  return out;
+}
+
 /// The special ids and flags of a vocabulary, from GGUF metadata
 /// (tokenizer.ggml.*), for any tokenizer model. An absent id is no_token.
 struct special_ids {

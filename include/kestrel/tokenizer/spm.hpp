@@ -68,6 +68,7 @@ class spm_tokenizer {
     {
       const auto specials = special_tokens_of(vocab_.pieces, vocab_.types);
       specials_ = special_splitter(specials);
+      user_defined_ = special_splitter(user_defined_tokens_of(vocab_.pieces, vocab_.types));
     }
     // Words can be merged one at a time when no mergeable piece has a "▁"
     // right after something other than "▁": then no merge can join a
@@ -91,23 +92,23 @@ class spm_tokenizer {
   // ---- the Tokenizer concept ----
 
   /// The ids of `text` (see the file comment), with bos() first when `add_bos`.
-  std::vector<token_id> encode(std::string_view text, bool add_bos) const {
-    std::vector<token_id> out;
-    if (add_bos && vocab_.bos != no_token) out.push_back(vocab_.bos);
-    encode_append(text, out);
-    return out;
-  }
+  std::vector<token_id> encode(std::string_view text, bool add_bos) const { return encode(text, add_bos, false); }
 
   /// encode() with llama.cpp's parse_special: when on, the spellings of
   /// control, user-defined and unknown tokens in `text` (special_splitter,
   /// leftmost-longest) become their ids, and each run of text between them is
   /// encoded on its own, with its own dummy-prefix space as llama.cpp's SPM
-  /// path does. When off, this is encode(text, add_bos).
+  /// path does. When off, only user-defined spellings are cut out (as
+  /// llama.cpp does; control tokens such as "<s>" stay text).
   std::vector<token_id> encode(std::string_view text, bool add_bos, bool parse_special) const {
-    if (!parse_special) return encode(text, add_bos);
     std::vector<token_id> out;
     if (add_bos && vocab_.bos != no_token) out.push_back(vocab_.bos);
-    specials_.split(text, [&](special_segment s) {
+    const special_splitter& cut = parse_special ? specials_ : user_defined_;
+    if (cut.size() == 0) {
+      encode_append(text, out);
+      return out;
+    }
+    cut.split(text, [&](special_segment s) {
       if (s.is_special())
         out.push_back(s.id);
       else
@@ -308,6 +309,7 @@ class spm_tokenizer {
   std::array<token_id, 256> byte_id_{};  // byte -> its "<0xXX>" token, or no_token
   std::size_t n_byte_tokens_ = 0;
   special_splitter specials_;  // control, user-defined and unknown spellings
+  special_splitter user_defined_;  // user-defined spellings only: cut out even without parse_special
   bool word_split_exact_ = false;  // merges never cross the start of a "▁" run (see the constructor)
 };
 
