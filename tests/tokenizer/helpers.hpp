@@ -92,7 +92,9 @@ inline constexpr std::size_t vocab_vector_cases = 46;
 /// dummy prefix on: SOURCES.md); each case must also decode back to itself
 /// (every case is valid UTF-8 that SentencePiece keeps intact). `label`
 /// names the run in messages. Skips (see fixture()) when a file is missing.
-inline void check_vocab_vectors(const spm_tokenizer& tok, const std::string& name, const std::string& label) {
+/// Any Tokenizer: SentencePiece, byte-level BPE, any_tokenizer.
+template <class Tok>
+void check_vocab_vectors(const Tok& tok, const std::string& name, const std::string& label) {
   const auto inp = fixture("llamacpp-vocab/" + name + ".gguf.inp");
   const auto out = fixture("llamacpp-vocab/" + name + ".gguf.out");
   if (!inp || !out) return;

@@ -43,22 +43,7 @@ const bpe_tokenizer* cl100k() {
 
 /// The 46 llama.cpp vectors of `name` through `tok`, with round trips.
 void check_bpe_vectors(const bpe_tokenizer& tok, const std::string& name, const std::string& label) {
-  const auto inp = fixture("llamacpp-vocab/" + name + ".gguf.inp");
-  const auto out = fixture("llamacpp-vocab/" + name + ".gguf.out");
-  if (!inp || !out) return;
-  const auto cases = split_vocab_inp(read_file(*inp));
-  const auto expected = parse_vocab_out(read_file(*out));
-  REQUIRE(cases.size() == vocab_vector_cases);
-  REQUIRE(expected.size() >= vocab_vector_cases);
-  std::size_t passed = 0;
-  for (std::size_t i = 0; i < cases.size(); ++i) {
-    const auto got = tok.encode(cases[i], false);
-    CHECK_MESSAGE(got == expected[i], label << " case " << i << ": \"" << cases[i] << "\"");
-    passed += got == expected[i];
-    CHECK_MESSAGE(decode(tok, got) == cases[i], label << " case " << i);
-  }
-  MESSAGE(label << " vectors: " << passed << "/" << vocab_vector_cases);
-  CHECK(passed == vocab_vector_cases);
+  check_vocab_vectors(tok, name, label);
 }
 
 /// Text in several scripts, spacing and symbols, for round trips.
