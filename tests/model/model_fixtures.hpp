@@ -28,12 +28,12 @@ inline std::optional<model_file> stories260k(bool gguf) {
 inline std::optional<json> stories260k_reference() {
   const auto p = fixture("llama2c/stories260K_reference_outputs.json");
   if (!p) return std::nullopt;
-  return json::parse(read_file(*p));
+  return parse_json(read_file(*p));
 }
 
 inline const json* reference_case(const json& ref, std::string_view name) {
-  for (const auto& c : ref["cases"].arr())
-    if (c["name"].str() == name) return &c;
+  for (const auto& c : ref.at("cases").as_array())
+    if (c.at("name").as_string() == name) return &c;
   return nullptr;
 }
 

@@ -37,9 +37,9 @@ TEST_CASE("stories260K greedy from BOS equals llama2.c's reference texts") {
     if (!f) return;
     greedy_sampler greedy;
     // test_all.py: 200 steps; the test strips run.c's final newline.
-    CHECK(run(*f, greedy, 200) == (*test::reference_case(*ref, "test_all_greedy_200"))["expected_text"].str());
+    CHECK(run(*f, greedy, 200) == (*test::reference_case(*ref, "test_all_greedy_200")).at("expected_text").as_string());
     // doc/stories260K.md: 256 steps, the text including run.c's final newline.
-    CHECK(run(*f, greedy, 256) + "\n" == (*test::reference_case(*ref, "doc_greedy_256"))["expected_text"].str());
+    CHECK(run(*f, greedy, 256) + "\n" == (*test::reference_case(*ref, "doc_greedy_256")).at("expected_text").as_string());
   }
 }
 
@@ -49,14 +49,14 @@ TEST_CASE("stories260K sampled with llama2.c's sampler (t=1.0, p=0.9, seed 13374
   if (!ref || !f) return;
   const auto& c = *test::reference_case(*ref, "doc_sampled_t1_p09_s133742");
   llama2c_sampler sampler(1.0f, 0.9f, 133742);
-  CHECK(run(*f, sampler, 256) + "\n" == c["expected_text"].str());
+  CHECK(run(*f, sampler, 256) + "\n" == c.at("expected_text").as_string());
 }
 
 TEST_CASE("greedy token ids match the derived reference ids") {
   const auto ref = test::stories260k_reference();
   const auto f = test::stories260k(true);
   if (!ref || !f) return;
-  const auto expected = test::json_ids((*test::reference_case(*ref, "test_all_greedy_200"))["generated_ids_derived"]);
+  const auto expected = test::json_ids((*test::reference_case(*ref, "test_all_greedy_200")).at("generated_ids_derived"));
   const auto& tok = f->tokenizer;
   llama_model<> model(f->weights, 0, cpu_backend(1));
   greedy_sampler greedy;

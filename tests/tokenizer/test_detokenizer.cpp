@@ -20,12 +20,12 @@ TEST_CASE("stories260K greedy reference text, decoded one token at a time") {
   const auto ref_path = fixture("llama2c/stories260K_reference_outputs.json");
   if (!tok_path || !ref_path) return;
   const spm_tokenizer tok(load_llama2c_tokenizer(*tok_path, 512));
-  const auto ref = test::json::parse(test::read_file(*ref_path));
+  const auto ref = test::parse_json(test::read_file(*ref_path));
   const test::json* c = nullptr;
-  for (const auto& x : ref["cases"].arr())
-    if (x["name"].str() == "test_all_greedy_200") c = &x;
+  for (const auto& x : ref.at("cases").as_array())
+    if (x.at("name").as_string() == "test_all_greedy_200") c = &x;
   REQUIRE(c != nullptr);
-  const auto ids = test::json_ids((*c)["generated_ids_derived"]);
+  const auto ids = test::json_ids((*c).at("generated_ids_derived"));
   REQUIRE(!ids.empty());
 
   // Generation starts after the prompt's BOS.
@@ -37,7 +37,7 @@ TEST_CASE("stories260K greedy reference text, decoded one token at a time") {
     text += part;
   }
   text += d.flush();
-  CHECK(text == (*c)["expected_text"].str());
+  CHECK(text == (*c).at("expected_text").as_string());
 
   // The same ids pushed after an explicit BOS decode the same.
   detokenizer<spm_tokenizer> d2(tok, false);

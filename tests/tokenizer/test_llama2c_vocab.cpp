@@ -53,14 +53,14 @@ TEST_CASE("llama2.c test.c encode vectors, with BOS: 5/5") {
   const spm_tokenizer* tok = test::llama2_tokenizer();
   const auto p = fixture("llama2c/tokenizer_bin_encode_vectors.json");
   if (!tok || !p) return;
-  const auto j = test::json::parse(test::read_file(*p));
-  const auto& cases = j["cases"].arr();
+  const auto j = test::parse_json(test::read_file(*p));
+  const auto& cases = j.at("cases").as_array();
   REQUIRE(cases.size() == 5);
   int passed = 0;
   for (const auto& c : cases) {
-    const auto got = tok->encode(c["text"].str(), true);
-    const auto want = test::json_ids(c["expected_ids"]);
-    CHECK_MESSAGE(got == want, "text: " << c["text"].str());
+    const auto got = tok->encode(c.at("text").as_string(), true);
+    const auto want = test::json_ids(c.at("expected_ids"));
+    CHECK_MESSAGE(got == want, "text: " << c.at("text").as_string());
     passed += got == want;
   }
   MESSAGE("llama2.c encode vectors: " << passed << "/5");

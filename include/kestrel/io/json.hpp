@@ -82,6 +82,14 @@ class json_value {
     return nullptr;
   }
 
+  /// The member `key` of an object; a clear error naming the key (and where
+  /// this object starts) when it is missing or this is no object.
+  const json_value& at(std::string_view key) const {
+    want(kind::object);
+    if (const json_value* v = find(key)) return *v;
+    throw error("json: no member \"" + std::string(key) + "\" in the object at offset " + std::to_string(offset_));
+  }
+
   static const char* name_of(kind k) noexcept {
     switch (k) {
       case kind::null: return "null";
