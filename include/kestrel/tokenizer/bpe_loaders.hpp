@@ -40,6 +40,23 @@ inline std::string read_whole_file(const std::filesystem::path& p) {
 /// Splits a merge "a b" at its first space after the first character (a
 /// token may itself begin with a space in vocabularies that are not
 /// byte-mapped, as llama.cpp allows); false when there is none.
+/// Calls f(line, byte offset, 1-based line number) for each non-empty line
+/// of `text` ("\n" or "\r\n" endings).
+template <class F>
+void for_each_line(std::string_view text, F&& f) {
+  std::size_t pos = 0, line_no = 0;
+  while (pos < text.size()) {
+    std::size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view line = text.substr(pos, end - pos);
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    const std::size_t at = pos;
+    pos = end + 1;
+    ++line_no;
+    if (!line.empty()) f(line, at, line_no);
+  }
+}
+
 inline bool split_merge(std::string_view m, std::pair<std::string, std::string>& out) {
   if (m.size() < 3) return false;
   const std::size_t sp = m.find(' ', 1);
@@ -306,23 +323,14 @@ inline std::vector<std::pair<std::string, std::string>> read_bpe_merges(const st
   const std::string text = detail::read_whole_file(path);
   std::vector<std::pair<std::string, std::string>> merges;
   merges.reserve(text.size() / 8);
-  std::size_t pos = 0, line_no = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const std::size_t at = pos;
-    pos = end + 1;
-    ++line_no;
-    if (line.empty()) continue;
-    if (line_no == 1 && line.starts_with("#version")) continue;
+  detail::for_each_line(text, [&](std::string_view line, std::size_t at, std::size_t line_no) {
+    if (line_no == 1 && line.starts_with("#version")) return;
     std::pair<std::string, std::string> m;
     if (!detail::split_merge(line, m) || m.second.find(' ') != std::string::npos)
       throw file_error(path.string(), at, "line " + std::to_string(line_no) + " is '" + std::string(line.substr(0, 80)) +
                                               "', expected two tokens separated by one space");
     merges.push_back(std::move(m));
-  }
+  });
   return merges;
 }
 
@@ -415,16 +423,7 @@ inline bpe_vocab load_bpe_tiktoken(const std::filesystem::path& path, std::strin
   bpe_vocab v;
   std::vector<bool> have;
   std::string bytes;
-  std::size_t pos = 0, line_no = 0;
-  while (pos < text.size()) {
-    std::size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    std::string_view line(text.data() + pos, end - pos);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    const std::size_t at = pos;
-    pos = end + 1;
-    ++line_no;
-    if (line.empty()) continue;
+  detail::for_each_line(text, [&](std::string_view line, std::size_t at, std::size_t line_no) {
     auto bad = [&](const std::string& what) {
       return file_error(p, at, "line " + std::to_string(line_no) + ": " + what);
     };
@@ -448,7 +447,7 @@ inline bpe_vocab load_bpe_tiktoken(const std::filesystem::path& path, std::strin
     if (have[r]) throw bad("rank " + std::to_string(rank) + " given twice");
     have[r] = true;
     v.tokens[r] = gpt2_encode_bytes(bytes);
-  }
+  });
   if (v.tokens.empty()) throw file_error(p, "no tokens: an empty tiktoken file");
   for (std::size_t i = 0; i < have.size(); ++i)
     if (!have[i]) throw file_error(p, "no token has rank " + std::to_string(i) + " (ranks must be 0..n-1)");
