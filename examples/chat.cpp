@@ -7,7 +7,6 @@
 // model such as stories260K), each line is appended to the text held in the
 // KV cache and the model continues from it; an empty line lets the model
 // continue on its own. End of input (Ctrl-D) quits.
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <optional>
@@ -66,48 +65,24 @@ std::optional<chat_setup> chat_format(const kestrel::cli::options& opt, const ke
   return c;
 }
 
-using clock_type = std::chrono::steady_clock;
-
-/// One assistant reply after `input`: prefill, then sample, print and feed
-/// tokens until an end-of-generation token or -n. Every printed token is fed,
-/// so the KV cache holds exactly the conversation text printed so far;
-/// returns false when the context filled up before that held.
+/// One assistant reply after `input`, streamed to stdout and appended to
+/// `text`. Every printed token is fed to the model, so the KV cache holds
+/// exactly the conversation printed so far; returns false when the context
+/// filled up before that held.
 template <class Sampler, class Tok, class Model>
 bool reply(const kestrel::cli::options& opt, const chat_setup& chat, Sampler& sampler, const Tok& tok, Model& model,
            const std::vector<kestrel::token_id>& input, std::string& text) {
-  std::vector<float> scratch;
-  auto sample = [&](std::span<const float> logits) {
-    scratch.assign(logits.begin(), logits.end());
-    return sampler.sample(std::span<float>(scratch));
-  };
-  const auto t0 = clock_type::now();
-  auto logits = model.prefill(input);
-  double ttft_ms = 0;
-  std::size_t n = 0;
-  bool in_cache = true;
-  kestrel::detokenizer<Tok> detok(tok, false);
-  const auto t_decode = clock_type::now();
-  while (n < static_cast<std::size_t>(opt.n_predict)) {
-    const kestrel::token_id next = sample(logits);
-    if (n == 0) ttft_ms = std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
-    if (chat.ids.is_end_of_generation(next)) break;
-    const auto piece = detok.push(next);
+  kestrel::generation_options g;
+  g.n_predict = static_cast<std::size_t>(opt.n_predict);
+  g.stop_tokens = chat.ids.end_of_generation;
+  g.feed_last = true;
+  const auto st = kestrel::generate(model, sampler, tok, input, g, [&](std::string_view piece) {
     kestrel::cli::write_stdout(piece);
     text += piece;
-    ++n;
-    if (model.n_past() >= model.n_ctx()) {
-      in_cache = false;
-      break;
-    }
-    logits = model.decode(next);
-  }
-  const auto tail = detok.flush();
-  kestrel::cli::write_stdout(tail);
-  text += tail;
-  const double decode_s = std::chrono::duration<double>(clock_type::now() - t_decode).count();
-  std::fprintf(stderr, "\n[%zu tokens, TTFT %.1f ms, %.1f tokens/s, %zu prefilled]", n, ttft_ms,
-               n > 1 && decode_s > 0 ? static_cast<double>(n) / decode_s : 0.0, input.size());
-  return in_cache;
+  });
+  std::fprintf(stderr, "\n[%zu tokens, TTFT %.1f ms, %.1f tokens/s, %zu prefilled]", st.n_generated, st.ttft_ms,
+               st.decode_tokens_per_s(), st.n_prompt);
+  return st.stop != kestrel::stop_reason::context_full;
 }
 
 template <class Sampler, class Tok, class Model>

@@ -123,3 +123,32 @@ TEST_CASE("an empty prompt is an error") {
   scripted_model m({3});
   CHECK_THROWS_AS(run(m, 10, {}), invalid_argument);
 }
+
+TEST_CASE("stop tokens end the text; feed_last runs the last emitted token through the model") {
+  const auto tok = tiny_tokenizer();
+  greedy_sampler greedy;
+  const std::vector<token_id> prompt{1};
+  {
+    scripted_model m({3, 4, 5, 2});
+    const token_id stops[] = {5};
+    generation_options g;
+    g.stop_tokens = stops;
+    std::string text;
+    const auto st = generate(m, greedy, tok, prompt, g, [&](std::string_view s) { text += s; });
+    CHECK(text == "hello world");
+    CHECK(st.stop == stop_reason::end_of_text);
+    CHECK(m.decoded == std::vector<token_id>{3, 4});  // the stop token is not fed
+  }
+  {
+    scripted_model m({3, 4, 5, 4});
+    generation_options g;
+    g.n_predict = 2;
+    g.feed_last = true;
+    std::string text;
+    const auto st = generate(m, greedy, tok, prompt, g, [&](std::string_view s) { text += s; });
+    CHECK(text == "hello world");
+    CHECK(st.stop == stop_reason::length);
+    CHECK(m.decoded == std::vector<token_id>{3, 4});  // both emitted tokens are in the cache
+    CHECK(m.n_past() == 3);
+  }
+}

@@ -6,10 +6,12 @@
 //                         +----- decode -----+   until n_predict, EOS/BOS, or the context is full
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kestrel/core/error.hpp"
@@ -40,16 +42,28 @@ struct generation_stats {
   double tbt_ms() const { return n_generated > 1 ? decode_ms / static_cast<double>(n_generated - 1) : 0; }
 };
 
-/// Appends `prompt` to the model's sequence and generates up to `n_predict`
-/// tokens, passing each piece of text (whole UTF-8 characters) to
-/// `on_text(std::string_view)`. Generation ends at EOS, at BOS (a new
-/// document: llama2.c's rule, which its reference texts depend on), after
-/// n_predict tokens, or when the context is full. The last sampled token is
-/// not run through the model; `last_token` receives it so a caller can continue
-/// (no_token when n_predict is 0: then the prompt is only prefilled).
+/// How generate() ends a reply, beyond n_predict and a full context.
+struct generation_options {
+  std::size_t n_predict = 256;
+  /// Tokens that end the text besides EOS and BOS (a chat format's EOT or
+  /// end-of-turn). Not emitted, not run through the model.
+  std::span<const token_id> stop_tokens = {};
+  /// Run the last emitted token through the model too, so the KV cache holds
+  /// everything printed (a chat turn continues from there). Without it the
+  /// last token is left for the caller (see `last_token`).
+  bool feed_last = false;
+};
+
+/// Appends `prompt` to the model's sequence and generates up to
+/// `opt.n_predict` tokens, passing each piece of text (whole UTF-8
+/// characters) to `on_text(std::string_view)`. Generation ends at EOS, at BOS
+/// (a new document: llama2.c's rule, which its reference texts depend on), at
+/// any of `opt.stop_tokens`, after n_predict tokens, or when the context is
+/// full. `last_token` receives the last sampled token (no_token when
+/// n_predict is 0: then the prompt is only prefilled).
 template <GenerativeModel M, Sampler S, Tokenizer T, class OnText>
-generation_stats generate(M& model, S& sampler, const T& tok, std::span<const token_id> prompt, std::size_t n_predict,
-                          OnText&& on_text, token_id* last_token = nullptr) {
+generation_stats generate(M& model, S& sampler, const T& tok, std::span<const token_id> prompt,
+                          const generation_options& opt, OnText&& on_text, token_id* last_token = nullptr) {
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   if (prompt.empty()) throw invalid_argument("generate: empty prompt (it needs at least BOS)");
@@ -65,9 +79,13 @@ generation_stats generate(M& model, S& sampler, const T& tok, std::span<const to
     scratch.assign(logits.begin(), logits.end());
     return sampler.sample(std::span<float>(scratch));
   };
+  auto ends_text = [&](token_id t) {
+    return t == tok.eos() || t == tok.bos() ||
+           std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), t) != opt.stop_tokens.end();
+  };
 
   const auto t0 = clock::now();
-  if (n_predict == 0) {  // only fill the cache with the prompt
+  if (opt.n_predict == 0) {  // only fill the cache with the prompt
     model.prefill(prompt);
     st.prefill_ms = ms(clock::now() - t0);
     if (last_token) *last_token = no_token;
@@ -79,15 +97,18 @@ generation_stats generate(M& model, S& sampler, const T& tok, std::span<const to
   auto t_prev = t1;
   while (true) {
     if (last_token) *last_token = next;
-    if (next == tok.eos() || next == tok.bos()) {
+    if (ends_text(next)) {
       st.stop = stop_reason::end_of_text;
       break;
     }
     ++st.n_generated;
     if (auto text = detok.push(next); !text.empty()) on_text(std::string_view(text));
-    if (st.n_generated >= n_predict) break;
     if (model.n_past() >= model.n_ctx()) {
       st.stop = stop_reason::context_full;
+      break;
+    }
+    if (st.n_generated >= opt.n_predict) {
+      if (opt.feed_last) model.decode(next);
       break;
     }
     next = sample(model.decode(next));
@@ -97,6 +118,14 @@ generation_stats generate(M& model, S& sampler, const T& tok, std::span<const to
   }
   if (auto tail = detok.flush(); !tail.empty()) on_text(std::string_view(tail));
   return st;
+}
+
+/// generate() with default options but `n_predict`.
+template <GenerativeModel M, Sampler S, Tokenizer T, class OnText>
+generation_stats generate(M& model, S& sampler, const T& tok, std::span<const token_id> prompt, std::size_t n_predict,
+                          OnText&& on_text, token_id* last_token = nullptr) {
+  return generate(model, sampler, tok, prompt, generation_options{.n_predict = n_predict},
+                  std::forward<OnText>(on_text), last_token);
 }
 
 }  // namespace kestrel
