@@ -1,343 +1,156 @@
-// kestrel/quant/legacy.hpp: GGUF's "legacy" block formats q4_0, q4_1, q5_0,
-// q5_1, q8_0 and the activation format q8_1, byte-compatible with ggml.
+// kestrel/quant/legacy.hpp: GGUF's legacy block formats (q4_0, q4_1, q5_0,
+// q5_1, q8_0, q8_1: layouts, quantize_row, dequantize_row in
+// legacy_format.hpp) and their dot products against activations quantized
+// once per step:
 //
-// Every format packs 32 values into one block: an f16 scale d (and, for the
-// _1 types, an f16 offset m) followed by the quants. The layouts and the
-// rounding follow ggml's reference quantizer (ggml-quants.c, "_ref"), checked
-// byte for byte against gguf-py's independent numpy implementation
-// (tests/quant/test_legacy.cpp, data from tools/gen_quant_reference.py).
+//   float dot(const block_q4_0* w, const block_q8_0* a, size_t n);  // also q5_0, q8_0 weights
+//   float dot(const block_q4_1* w, const block_q8_1* a, size_t n);  // also q5_1 weights
 //
-//   type  bytes  value                     quants
-//   q4_0  18     d * (q - 8)               q in 0..15, 4 bits
-//   q4_1  20     d * q + m                 q in 0..15, 4 bits
-//   q5_0  22     d * (q - 16)              q in 0..31, 4 low bits + 1 high bit
-//   q5_1  24     d * q + m                 q in 0..31, 4 low bits + 1 high bit
-//   q8_0  34     d * q                     q in -127..127, int8
-//   q8_1  36     d * q, s = d * sum(q)     activations for the _1 weight types
+// n is the row length in values, a multiple of 32 (invalid_argument
+// otherwise). With AVX2 the 32 products of a block are summed exactly in
+// int32 lanes (AVX-512 VNNI's vpdpbusd where available, else
+// vpmaddubsw + vpmaddwd) and scaled into 8 float accumulators; without it
+// the scalar twins in kestrel/quant/ref/legacy.hpp run. The integer sums
+// equal the twins'; only the order of the float accumulation differs.
 //
-// Nibble order (4- and 5-bit types): byte j of qs holds value j in its low
-// nibble and value j + 16 in its high nibble. The fifth bit of value j is
-// bit j of qh (a little-endian uint32, stored as 4 bytes so the block has no
-// alignment padding).
-//
-// Dot products pair weights with activations quantized once per step, as
-// ggml does: q4_0 / q5_0 / q8_0 with q8_0, q4_1 / q5_1 with q8_1 (whose s
-// term carries the weights' offset m through the sum without a second pass).
-//
-// Rounding: ggml's reference quantizer computes in float with separate
-// roundings, except that q4_0 / q5_0 round x * id + 8.5 (16.5) as if fused,
-// the result depending on whether the compiler contracts it into an FMA;
-// gguf-py pins it to "exact product, + 8.5 in double, rounded to float".
-// Here every step that must round like float is written as a double
-// operation rounded to float: for + - * / of floats the double result
-// rounded to float equals the float operation (double has >= 2p + 2 bits,
-// so double rounding is innocuous), and no compiler may contract across
-// the explicit narrowing. The results do not depend on -ffp-contract.
+// Activations must come from quantize_row (|q| <= 127): the AVX2 q8_0 path
+// moves weight signs onto the activations, and -128 has no positive twin.
 #pragma once
 
-#include <algorithm>
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
-#include <string>
 
-#include "kestrel/core/dtype.hpp"
-#include "kestrel/core/error.hpp"
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "kestrel/quant/legacy_format.hpp"
+#include "kestrel/quant/ref/legacy.hpp"
 
 namespace kestrel::quant {
 
-/// Values per block in every legacy format.
-inline constexpr std::size_t legacy_block_size = 32;
+#if defined(__AVX2__)
+namespace detail::avx2 {
 
-struct block_q4_0 {
-  f16 d;                   // scale
-  std::uint8_t qs[16];     // (32,) nibbles, value j low / value j+16 high
-};
-struct block_q4_1 {
-  f16 d;                   // scale
-  f16 m;                   // offset (the block's minimum)
-  std::uint8_t qs[16];     // (32,) nibbles
-};
-struct block_q5_0 {
-  f16 d;                   // scale
-  std::uint8_t qh[4];      // (32,) fifth bits, little-endian uint32
-  std::uint8_t qs[16];     // (32,) low nibbles
-};
-struct block_q5_1 {
-  f16 d;                   // scale
-  f16 m;                   // offset (the block's minimum)
-  std::uint8_t qh[4];      // (32,) fifth bits, little-endian uint32
-  std::uint8_t qs[16];     // (32,) low nibbles
-};
-struct block_q8_0 {
-  f16 d;                   // scale
-  std::int8_t qs[32];      // (32,)
-};
-struct block_q8_1 {
-  f16 d;                   // scale
-  f16 s;                   // d * sum(qs), d the float scale before rounding to f16
-  std::int8_t qs[32];      // (32,)
-};
-
-static_assert(sizeof(block_q4_0) == 18 && alignof(block_q4_0) == 2);
-static_assert(sizeof(block_q4_1) == 20);
-static_assert(sizeof(block_q5_0) == 22);
-static_assert(sizeof(block_q5_1) == 24);
-static_assert(sizeof(block_q8_0) == 34);
-static_assert(sizeof(block_q8_1) == 36);
-
-/// The activation block a weight block is multiplied with.
-template <class Block> struct activation_of;
-template <> struct activation_of<block_q4_0> { using type = block_q8_0; };
-template <> struct activation_of<block_q5_0> { using type = block_q8_0; };
-template <> struct activation_of<block_q8_0> { using type = block_q8_0; };
-template <> struct activation_of<block_q4_1> { using type = block_q8_1; };
-template <> struct activation_of<block_q5_1> { using type = block_q8_1; };
-template <class Block> using activation_of_t = typename activation_of<Block>::type;
-
-namespace detail {
-
-inline std::size_t legacy_blocks(std::size_t n, const char* what) {
-  if (n % legacy_block_size != 0)
-    throw invalid_argument(std::string(what) + ": row length " + std::to_string(n) + " is not a multiple of " +
-                           std::to_string(legacy_block_size));
-  return n / legacy_block_size;
+// The 32 nibbles of qs as bytes 0..15 in lane order: values 0..15 from the
+// low nibbles, 16..31 from the high ones (the block's value order).
+inline __m256i nibbles(const std::uint8_t* qs) noexcept {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  const __m256i both = _mm256_inserti128_si256(_mm256_castsi128_si256(b), _mm_srli_epi16(b, 4), 1);
+  return _mm256_and_si256(both, _mm256_set1_epi8(0x0f));
 }
 
-// Float operations with exactly one rounding each (see the header comment).
-inline float fmul(float a, float b) noexcept { return static_cast<float>(static_cast<double>(a) * b); }
-inline float fadd(float a, float b) noexcept { return static_cast<float>(static_cast<double>(a) + b); }
-inline float fsub(float a, float b) noexcept { return static_cast<float>(static_cast<double>(a) - b); }
-inline float fdiv(float a, float b) noexcept { return static_cast<float>(static_cast<double>(a) / b); }
-
-// ggml's "cursed" q4_0 / q5_0 rounding, as gguf-py fixes it: the exact
-// product x * id plus the offset in double, rounded to float, truncated.
-inline int trunc_offset(float x, float id, double offset) noexcept {
-  const float v = static_cast<float>(static_cast<double>(x) * id + offset);
-  return static_cast<int>(v);  // v >= 0 (|x * id| <= offset - 0.5), so truncation toward zero
+// 0x10 in byte j where bit j of the 32-bit qh is set.
+inline __m256i fifth_bits(const std::uint8_t* qh) noexcept {
+  const std::uint32_t bits = load_qh(qh);
+#if defined(__AVX512BW__) && defined(__AVX512VL__)
+  return _mm256_maskz_set1_epi8(bits, 0x10);
+#else
+  // Byte k of bits to bytes 8k..8k+7, then test bit (j mod 8) of each.
+  const __m256i rep = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int>(bits)),
+      _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0));
+  const __m256i sel = _mm256_set1_epi64x(static_cast<long long>(0x8040201008040201ull));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(rep, sel), sel), _mm256_set1_epi8(0x10));
+#endif
 }
 
-// roundf: to nearest, ties away from zero (ggml's q8 rounding).
-inline std::int8_t round_q8(float v) noexcept { return static_cast<std::int8_t>(std::round(v)); }
-
-// The block's value of largest magnitude, keeping its sign (first one wins).
-inline float signed_absmax(const float* x) noexcept {
-  float amax = 0, max = 0;
-  for (std::size_t j = 0; j < legacy_block_size; ++j) {
-    if (amax < std::fabs(x[j])) {
-      amax = std::fabs(x[j]);
-      max = x[j];
-    }
-  }
-  return max;
+// sum(u * s) over groups of 4 bytes into 8 int32 lanes, u unsigned, s signed.
+// Exact: without VNNI the int16 pair sums stay below 2 * 128 * 128.
+inline __m256i dot_u8s8(__m256i u, __m256i s) noexcept {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+// Signed x signed: |w| as unsigned, w's sign moved onto a.
+inline __m256i dot_s8s8(__m256i w, __m256i a) noexcept {
+  return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
 
-inline void min_max(const float* x, float& lo, float& hi) noexcept {
-  lo = x[0];
-  hi = x[0];
-  for (std::size_t j = 1; j < legacy_block_size; ++j) {
-    lo = std::min(lo, x[j]);
-    hi = std::max(hi, x[j]);
-  }
+inline __m256 madd(__m256 a, __m256 b, __m256 c) noexcept {
+#if defined(__FMA__)
+  return _mm256_fmadd_ps(a, b, c);
+#else
+  return _mm256_add_ps(_mm256_mul_ps(a, b), c);
+#endif
 }
 
-inline std::uint32_t load_qh(const std::uint8_t* p) noexcept {
-  return std::uint32_t(p[0]) | std::uint32_t(p[1]) << 8 | std::uint32_t(p[2]) << 16 | std::uint32_t(p[3]) << 24;
-}
-inline void store_qh(std::uint8_t* p, std::uint32_t v) noexcept {
-  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
-}
-
-// 32 small unsigned quants into nibbles (+ fifth bits when Bits == 5).
-template <int Bits, class Block>
-inline void pack(Block& b, const int* q) noexcept {
-  std::uint32_t qh = 0;
-  for (std::size_t j = 0; j < 16; ++j) {
-    b.qs[j] = static_cast<std::uint8_t>((q[j] & 0xf) | (q[j + 16] & 0xf) << 4);
-    if constexpr (Bits == 5) qh |= std::uint32_t((q[j] >> 4) & 1) << j | std::uint32_t((q[j + 16] >> 4) & 1) << (j + 16);
-  }
-  if constexpr (Bits == 5) store_qh(b.qh, qh);
+// f16 scale to float: F16C's vcvtph2ps where available (exact, as to_f32 is;
+// the portable to_f32 costs more than a block's integer dot).
+inline float h2f(f16 h) noexcept {
+#if defined(__F16C__)
+  return _cvtsh_ss(h.bits);
+#else
+  return to_f32(h);
+#endif
 }
 
-// The 32 unsigned quants of a 4- or 5-bit block.
-template <int Bits, class Block>
-inline void unpack(const Block& b, int* q) noexcept {
-  std::uint32_t qh = 0;
-  if constexpr (Bits == 5) qh = load_qh(b.qh);
-  for (std::size_t j = 0; j < 16; ++j) {
-    q[j] = b.qs[j] & 0xf;
-    q[j + 16] = b.qs[j] >> 4;
-    if constexpr (Bits == 5) {
-      q[j] |= static_cast<int>((qh >> j) & 1) << 4;
-      q[j + 16] |= static_cast<int>((qh >> (j + 16)) & 1) << 4;
-    }
-  }
+inline float hsum(__m256 v) noexcept {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
 }
 
-// Symmetric 4/5-bit: d = max / -(2^(Bits-1)), q = trunc(x / d + 2^(Bits-1) + 0.5).
-template <int Bits, class Block>
-inline void quantize_symmetric(const float* x, Block* y, std::size_t n, const char* what) {
-  constexpr int half = 1 << (Bits - 1), top = (1 << Bits) - 1;
-  const std::size_t nb = legacy_blocks(n, what);
-  for (std::size_t i = 0; i < nb; ++i, x += legacy_block_size) {
-    const float d = fdiv(signed_absmax(x), -static_cast<float>(half));
-    const float id = d != 0 ? fdiv(1.0f, d) : 0.0f;
-    int q[legacy_block_size];
-    for (std::size_t j = 0; j < legacy_block_size; ++j) q[j] = std::min(top, trunc_offset(x[j], id, half + 0.5));
-    y[i].d = to_f16(d);
-    pack<Bits>(y[i], q);
-  }
+// The weight block's values as signed bytes (q - offset) for the _0 types,
+// as unsigned quants for the _1 types.
+inline __m256i weights(const block_q4_0& b) noexcept { return _mm256_sub_epi8(nibbles(b.qs), _mm256_set1_epi8(8)); }
+inline __m256i weights(const block_q5_0& b) noexcept {
+  return _mm256_sub_epi8(_mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)), _mm256_set1_epi8(16));
 }
+inline __m256i weights(const block_q8_0& b) noexcept { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
+inline __m256i weights(const block_q4_1& b) noexcept { return nibbles(b.qs); }
+inline __m256i weights(const block_q5_1& b) noexcept { return _mm256_or_si256(nibbles(b.qs), fifth_bits(b.qh)); }
 
-// Asymmetric 4/5-bit: m = min, d = (max - min) / (2^Bits - 1), q = trunc((x - m) / d + 0.5).
-template <int Bits, class Block>
-inline void quantize_offset(const float* x, Block* y, std::size_t n, const char* what) {
-  constexpr int top = (1 << Bits) - 1;
-  const std::size_t nb = legacy_blocks(n, what);
-  for (std::size_t i = 0; i < nb; ++i, x += legacy_block_size) {
-    float lo, hi;
-    min_max(x, lo, hi);
-    const float d = fdiv(fsub(hi, lo), static_cast<float>(top));
-    const float id = d != 0 ? fdiv(1.0f, d) : 0.0f;
-    int q[legacy_block_size];
-    for (std::size_t j = 0; j < legacy_block_size; ++j)
-      q[j] = std::min(top, static_cast<int>(fadd(fmul(fsub(x[j], lo), id), 0.5f)));
-    y[i].d = to_f16(d);
-    y[i].m = to_f16(lo);
-    pack<Bits>(y[i], q);
-  }
-}
-
-// q8: d = amax / 127, q = roundf(x / d); returns sum(q) and the float d.
-template <class Block>
-inline int quantize_q8_block(const float* x, Block& y, float& d) noexcept {
-  float amax = 0;
-  for (std::size_t j = 0; j < legacy_block_size; ++j) amax = std::max(amax, std::fabs(x[j]));
-  d = fdiv(amax, 127.0f);
-  const float id = d != 0 ? fdiv(1.0f, d) : 0.0f;
-  int sum = 0;
-  for (std::size_t j = 0; j < legacy_block_size; ++j) {
-    y.qs[j] = round_q8(fmul(x[j], id));
-    sum += y.qs[j];
-  }
-  y.d = to_f16(d);
-  return sum;
-}
-
-}  // namespace detail
-
-// ---- quantize: n must be a multiple of 32 (invalid_argument otherwise) ----
-
-inline void quantize_row(const float* x, block_q4_0* y, std::size_t n) { detail::quantize_symmetric<4>(x, y, n, "quantize q4_0"); }
-inline void quantize_row(const float* x, block_q5_0* y, std::size_t n) { detail::quantize_symmetric<5>(x, y, n, "quantize q5_0"); }
-inline void quantize_row(const float* x, block_q4_1* y, std::size_t n) { detail::quantize_offset<4>(x, y, n, "quantize q4_1"); }
-inline void quantize_row(const float* x, block_q5_1* y, std::size_t n) { detail::quantize_offset<5>(x, y, n, "quantize q5_1"); }
-inline void quantize_row(const float* x, block_q8_0* y, std::size_t n) {
-  const std::size_t nb = detail::legacy_blocks(n, "quantize q8_0");
-  float d;
-  for (std::size_t i = 0; i < nb; ++i) detail::quantize_q8_block(x + i * legacy_block_size, y[i], d);
-}
-inline void quantize_row(const float* x, block_q8_1* y, std::size_t n) {
-  const std::size_t nb = detail::legacy_blocks(n, "quantize q8_1");
-  float d;
+template <class W>
+inline float dot_q8_0(const W* w, const block_q8_0* a, std::size_t nb) noexcept {
+  __m256 acc = _mm256_setzero_ps();
   for (std::size_t i = 0; i < nb; ++i) {
-    const int sum = detail::quantize_q8_block(x + i * legacy_block_size, y[i], d);
-    y[i].s = to_f16(detail::fmul(static_cast<float>(sum), d));
+    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
+    const __m256i isum = dot_s8s8(weights(w[i]), qa);
+    acc = madd(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(isum), acc);
   }
+  return hsum(acc);
 }
 
-// ---- dequantize: out has n floats ----
-
-namespace detail {
-template <int Bits, class Block>
-inline void dequantize_symmetric(const Block* x, float* out, std::size_t n, const char* what) {
-  const std::size_t nb = legacy_blocks(n, what);
-  for (std::size_t i = 0; i < nb; ++i, out += legacy_block_size) {
-    const float d = to_f32(x[i].d);
-    int q[legacy_block_size];
-    unpack<Bits>(x[i], q);
-    // d has 11 significant bits, q - 2^(Bits-1) at most 5: the product is exact.
-    for (std::size_t j = 0; j < legacy_block_size; ++j) out[j] = d * static_cast<float>(q[j] - (1 << (Bits - 1)));
-  }
-}
-template <int Bits, class Block>
-inline void dequantize_offset(const Block* x, float* out, std::size_t n, const char* what) {
-  const std::size_t nb = legacy_blocks(n, what);
-  for (std::size_t i = 0; i < nb; ++i, out += legacy_block_size) {
-    const float d = to_f32(x[i].d), m = to_f32(x[i].m);
-    int q[legacy_block_size];
-    unpack<Bits>(x[i], q);
-    // d * q is exact (11 + 5 bits), so the one rounding is the addition.
-    for (std::size_t j = 0; j < legacy_block_size; ++j) out[j] = fadd(d * static_cast<float>(q[j]), m);
-  }
-}
-template <class Block>
-inline void dequantize_q8(const Block* x, float* out, std::size_t n, const char* what) {
-  const std::size_t nb = legacy_blocks(n, what);
-  for (std::size_t i = 0; i < nb; ++i, out += legacy_block_size) {
-    const float d = to_f32(x[i].d);
-    for (std::size_t j = 0; j < legacy_block_size; ++j) out[j] = d * static_cast<float>(x[i].qs[j]);  // exact
-  }
-}
-}  // namespace detail
-
-inline void dequantize_row(const block_q4_0* x, float* out, std::size_t n) { detail::dequantize_symmetric<4>(x, out, n, "dequantize q4_0"); }
-inline void dequantize_row(const block_q5_0* x, float* out, std::size_t n) { detail::dequantize_symmetric<5>(x, out, n, "dequantize q5_0"); }
-inline void dequantize_row(const block_q4_1* x, float* out, std::size_t n) { detail::dequantize_offset<4>(x, out, n, "dequantize q4_1"); }
-inline void dequantize_row(const block_q5_1* x, float* out, std::size_t n) { detail::dequantize_offset<5>(x, out, n, "dequantize q5_1"); }
-inline void dequantize_row(const block_q8_0* x, float* out, std::size_t n) { detail::dequantize_q8(x, out, n, "dequantize q8_0"); }
-inline void dequantize_row(const block_q8_1* x, float* out, std::size_t n) { detail::dequantize_q8(x, out, n, "dequantize q8_1"); }
-
-// ---- dot: a weight row (n values) with an activation row quantized once ----
-//
-// Per block, the integer dot sum(q_w * q_a) is exact; it is scaled once by
-// d_w * d_a (exact in float: two 11-bit significands) and, for the _1 types,
-// the offset adds m_w * s_a, since sum((d_w q_w + m_w) d_a q_a) =
-// d_w d_a sum(q_w q_a) + m_w (d_a sum(q_a)).
-
-namespace detail {
-template <int Bits, int Offset, class Block>
-inline float dot_nibbles(const Block* w, const block_q8_0* a, std::size_t n, const char* what) {
-  const std::size_t nb = legacy_blocks(n, what);
-  float sum = 0;
+template <class W>
+inline float dot_q8_1(const W* w, const block_q8_1* a, std::size_t nb) noexcept {
+  __m256 acc = _mm256_setzero_ps();
+  float offsets = 0;  // sum of m_w s_a
   for (std::size_t i = 0; i < nb; ++i) {
-    int q[legacy_block_size];
-    unpack<Bits>(w[i], q);
-    int isum = 0;
-    for (std::size_t j = 0; j < legacy_block_size; ++j) isum += (q[j] - Offset) * a[i].qs[j];
-    sum += to_f32(w[i].d) * to_f32(a[i].d) * static_cast<float>(isum);
+    const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
+    const __m256i isum = dot_u8s8(weights(w[i]), qa);
+    acc = madd(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(isum), acc);
+    offsets += h2f(w[i].m) * h2f(a[i].s);
   }
-  return sum;
+  return hsum(acc) + offsets;
 }
-template <int Bits, class Block>
-inline float dot_nibbles_offset(const Block* w, const block_q8_1* a, std::size_t n, const char* what) {
-  const std::size_t nb = legacy_blocks(n, what);
-  float sum = 0;
-  for (std::size_t i = 0; i < nb; ++i) {
-    int q[legacy_block_size];
-    unpack<Bits>(w[i], q);
-    int isum = 0;
-    for (std::size_t j = 0; j < legacy_block_size; ++j) isum += q[j] * a[i].qs[j];
-    sum += to_f32(w[i].d) * to_f32(a[i].d) * static_cast<float>(isum) + to_f32(w[i].m) * to_f32(a[i].s);
-  }
-  return sum;
-}
-}  // namespace detail
 
-inline float dot(const block_q4_0* w, const block_q8_0* a, std::size_t n) { return detail::dot_nibbles<4, 8>(w, a, n, "dot q4_0 x q8_0"); }
-inline float dot(const block_q5_0* w, const block_q8_0* a, std::size_t n) { return detail::dot_nibbles<5, 16>(w, a, n, "dot q5_0 x q8_0"); }
-inline float dot(const block_q4_1* w, const block_q8_1* a, std::size_t n) { return detail::dot_nibbles_offset<4>(w, a, n, "dot q4_1 x q8_1"); }
-inline float dot(const block_q5_1* w, const block_q8_1* a, std::size_t n) { return detail::dot_nibbles_offset<5>(w, a, n, "dot q5_1 x q8_1"); }
+}  // namespace detail::avx2
+
+inline float dot(const block_q4_0* w, const block_q8_0* a, std::size_t n) {
+  return detail::avx2::dot_q8_0(w, a, detail::legacy_blocks(n, "dot q4_0 x q8_0"));
+}
+inline float dot(const block_q5_0* w, const block_q8_0* a, std::size_t n) {
+  return detail::avx2::dot_q8_0(w, a, detail::legacy_blocks(n, "dot q5_0 x q8_0"));
+}
 inline float dot(const block_q8_0* w, const block_q8_0* a, std::size_t n) {
-  const std::size_t nb = detail::legacy_blocks(n, "dot q8_0 x q8_0");
-  float sum = 0;
-  for (std::size_t i = 0; i < nb; ++i) {
-    int isum = 0;
-    for (std::size_t j = 0; j < legacy_block_size; ++j) isum += w[i].qs[j] * a[i].qs[j];
-    sum += to_f32(w[i].d) * to_f32(a[i].d) * static_cast<float>(isum);
-  }
-  return sum;
+  return detail::avx2::dot_q8_0(w, a, detail::legacy_blocks(n, "dot q8_0 x q8_0"));
 }
+inline float dot(const block_q4_1* w, const block_q8_1* a, std::size_t n) {
+  return detail::avx2::dot_q8_1(w, a, detail::legacy_blocks(n, "dot q4_1 x q8_1"));
+}
+inline float dot(const block_q5_1* w, const block_q8_1* a, std::size_t n) {
+  return detail::avx2::dot_q8_1(w, a, detail::legacy_blocks(n, "dot q5_1 x q8_1"));
+}
+#else
+inline float dot(const block_q4_0* w, const block_q8_0* a, std::size_t n) { return ref::dot(w, a, n); }
+inline float dot(const block_q5_0* w, const block_q8_0* a, std::size_t n) { return ref::dot(w, a, n); }
+inline float dot(const block_q8_0* w, const block_q8_0* a, std::size_t n) { return ref::dot(w, a, n); }
+inline float dot(const block_q4_1* w, const block_q8_1* a, std::size_t n) { return ref::dot(w, a, n); }
+inline float dot(const block_q5_1* w, const block_q8_1* a, std::size_t n) { return ref::dot(w, a, n); }
+#endif
 
 }  // namespace kestrel::quant
