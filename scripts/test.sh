@@ -18,7 +18,7 @@ meson compile -C build || { echo "tests: 0 passed, 1 failed (build failed)"; exi
 meson test -C build --print-errorlogs --num-processes "${KESTREL_TEST_JOBS:-2}"
 status=$?
 logs=(build/meson-logs/testlog.json)
-baseline_suites=(core cpu kv model engine)
+baseline_suites=(core cpu quant kv model engine)
 if [ "${KESTREL_SKIP_BASELINE:-0}" != 1 ]; then
   setup build-baseline -Dnative=false -Dexamples=false -Dbench=false || { echo "tests: 0 passed, 1 failed (baseline setup failed)"; exit 1; }
   meson compile -C build-baseline "${baseline_suites[@]/#/test_}" || { echo "tests: 0 passed, 1 failed (baseline build failed)"; exit 1; }

@@ -28,6 +28,8 @@
 #include "kestrel/model/llama.hpp"
 #include "kestrel/model/load.hpp"
 #include "kestrel/model/weights.hpp"
+#include "kestrel/quant/kquants.hpp"
+#include "kestrel/quant/legacy.hpp"
 #include "kestrel/sampler/samplers.hpp"
 #include "kestrel/tokenizer/any.hpp"
 #include "kestrel/tokenizer/bpe.hpp"
