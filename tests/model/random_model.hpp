@@ -86,3 +86,40 @@ inline llama_hparams random_llama_shape() {
 }
 
 }  // namespace kestrel::test
+
+#include "kestrel/cpu/quantized.hpp"
+
+namespace kestrel::test {
+
+/// A copy of f32 weights with every matrix whose rows are whole blocks
+/// quantized to `type` (the others stay f32, as llama.cpp's quantizer falls
+/// back for such tensors); norms stay f32.
+inline llama_weights quantized_copy(const llama_weights& src, dtype type) {
+  auto store = std::make_shared<std::vector<std::vector<std::byte>>>();
+  store->reserve(8 * src.layers.size() + 4);
+  auto q = [&](const weight_view& w) -> weight_view {
+    if (w.type != dtype::f32 || w.cols % block_size(type) != 0) return w;
+    weight_view out{type, nullptr, w.rows, w.cols};
+    auto& bytes = store->emplace_back(out.bytes());
+    out.data = bytes.data();
+    cpu::detail::visit_quantized(out, [&](const auto* blocks) {
+      using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
+      for (std::size_t r = 0; r < w.rows; ++r)
+        quant::quantize_row(static_cast<const float*>(w.data) + r * w.cols,
+                            reinterpret_cast<B*>(bytes.data() + r * out.row_bytes()), w.cols);
+    });
+    return out;
+  };
+  llama_weights w = src;
+  w.token_embd = q(src.token_embd);
+  w.output = q(src.output);
+  for (auto& L : w.layers) {
+    L.wq = q(L.wq), L.wk = q(L.wk), L.wv = q(L.wv), L.wo = q(L.wo);
+    L.ffn_gate = q(L.ffn_gate), L.ffn_up = q(L.ffn_up), L.ffn_down = q(L.ffn_down);
+  }
+  w.owner = std::make_shared<std::pair<std::shared_ptr<const void>, decltype(store)>>(src.owner, store);
+  w.source = src.source + " quantized to " + std::string(name_of(type));
+  return w;
+}
+
+}  // namespace kestrel::test

@@ -13,14 +13,51 @@
 
 namespace kestrel {
 
-enum class dtype : std::uint8_t { f32, f16, bf16 };
+/// Element types of weights. The float types hold one value per element;
+/// the GGUF block types (quant/) hold block_size(t) values in
+/// block_bytes(t) bytes.
+enum class dtype : std::uint8_t { f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k };
 
-constexpr std::size_t size_of(dtype t) noexcept { return t == dtype::f32 ? 4 : 2; }
+constexpr bool is_quantized(dtype t) noexcept { return t >= dtype::q4_0; }
+/// Values per block (1 for the float types).
+constexpr std::size_t block_size(dtype t) noexcept {
+  return t <= dtype::bf16 ? 1 : t <= dtype::q8_0 ? 32 : 256;
+}
+/// Bytes per block (GGUF's type sizes).
+constexpr std::size_t block_bytes(dtype t) noexcept {
+  switch (t) {
+    case dtype::f32: return 4;
+    case dtype::f16: case dtype::bf16: return 2;
+    case dtype::q4_0: return 18;
+    case dtype::q4_1: return 20;
+    case dtype::q5_0: return 22;
+    case dtype::q5_1: return 24;
+    case dtype::q8_0: return 34;
+    case dtype::q2_k: return 84;
+    case dtype::q3_k: return 110;
+    case dtype::q4_k: return 144;
+    case dtype::q5_k: return 176;
+    case dtype::q6_k: return 210;
+  }
+  return 0;
+}
+/// Bytes per element of a float type (the block types have no such size).
+constexpr std::size_t size_of(dtype t) noexcept { return block_size(t) == 1 ? block_bytes(t) : 0; }
 constexpr std::string_view name_of(dtype t) noexcept {
   switch (t) {
     case dtype::f32: return "f32";
     case dtype::f16: return "f16";
     case dtype::bf16: return "bf16";
+    case dtype::q4_0: return "q4_0";
+    case dtype::q4_1: return "q4_1";
+    case dtype::q5_0: return "q5_0";
+    case dtype::q5_1: return "q5_1";
+    case dtype::q8_0: return "q8_0";
+    case dtype::q2_k: return "q2_K";
+    case dtype::q3_k: return "q3_K";
+    case dtype::q4_k: return "q4_K";
+    case dtype::q5_k: return "q5_K";
+    case dtype::q6_k: return "q6_K";
   }
   return "?";
 }

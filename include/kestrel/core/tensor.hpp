@@ -62,7 +62,7 @@ struct weight_view {
   std::size_t rows = 0;  // output features (ggml ne1)
   std::size_t cols = 0;  // input features, contiguous (ggml ne0)
 
-  std::size_t row_bytes() const noexcept { return cols * size_of(type); }
+  std::size_t row_bytes() const noexcept { return cols / block_size(type) * block_bytes(type); }
   std::size_t bytes() const noexcept { return rows * row_bytes(); }
   const std::byte* row(std::size_t r) const noexcept { return static_cast<const std::byte*>(data) + r * row_bytes(); }
 };

@@ -23,6 +23,7 @@
 #include "kestrel/core/dtype.hpp"
 #include "kestrel/core/error.hpp"
 #include "kestrel/core/tensor.hpp"
+#include "kestrel/cpu/quantized.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
 
 namespace kestrel::cpu {
@@ -132,12 +133,14 @@ inline decltype(auto) visit_weight(const weight_view& w, F&& f) {
     case dtype::f32: return std::forward<F>(f)(static_cast<const float*>(w.data));
     case dtype::f16: return std::forward<F>(f)(static_cast<const f16*>(w.data));
     case dtype::bf16: return std::forward<F>(f)(static_cast<const bf16*>(w.data));
+    default: break;  // block types: cpu/quantized.hpp's table
   }
-  throw invalid_argument("kestrel::cpu: unsupported weight dtype " + std::to_string(static_cast<int>(w.type)));
+  throw invalid_argument("kestrel::cpu: weight type " + std::string(name_of(w.type)) + " has no element kernel");
 }
 
 /// Embedding lookup: row `row` of w as floats. out: (w.cols)
 inline void row_to_f32(const weight_view& w, std::size_t row, float* out) {
+  if (is_quantized(w.type)) return detail::quantized_row_to_f32(w, row, out);
   visit_weight(w, [&](const auto* p) { convert_to_f32(p + row * w.cols, out, w.cols); });
 }
 

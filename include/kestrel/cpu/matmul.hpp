@@ -151,6 +151,7 @@ inline constexpr std::size_t skinny_max_tokens = std::is_same_v<Wt, float> ? 16 
 /// Y = X W^T. w: (rows, cols) of f32, f16 or bf16; x: (n_tokens, cols);
 /// y: (n_tokens, rows); all row-major. pool may be null. y must not alias x.
 inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool) {
+  if (is_quantized(w.type)) return detail::quantized_linear(w, x, n_tokens, y, pool, /*reference=*/false);
   if (n_tokens == 0 || w.rows == 0) return;
   if (n_tokens == 1) return matvec(w, x, y, pool);
   const std::size_t rows = w.rows, cols = w.cols;

@@ -13,6 +13,7 @@
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/convert.hpp"
 #include "kestrel/cpu/dot.hpp"
+#include "kestrel/cpu/quantized.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
 
@@ -65,6 +66,7 @@ inline constexpr std::size_t matvec_row_block = 4;
 /// pool may be null (single thread). y must not alias x. The result does not
 /// depend on the pool's size: threads split rows, never a row's sum.
 inline void matvec(const weight_view& w, const float* x, float* y, thread_pool* pool) {
+  if (is_quantized(w.type)) return detail::quantized_linear(w, x, 1, y, pool, /*reference=*/false);
   visit_weight(w, [&](const auto* data) {
     const std::size_t rows = w.rows, cols = w.cols;
     const std::size_t blocks = (rows + detail::matvec_row_block - 1) / detail::matvec_row_block;

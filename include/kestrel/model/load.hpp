@@ -41,10 +41,20 @@ inline dtype weight_dtype(const io::gguf_tensor_info& t, const std::string& path
     case io::ggml_type::f32: return dtype::f32;
     case io::ggml_type::f16: return dtype::f16;
     case io::ggml_type::bf16: return dtype::bf16;
+    case io::ggml_type::q4_0: return dtype::q4_0;
+    case io::ggml_type::q4_1: return dtype::q4_1;
+    case io::ggml_type::q5_0: return dtype::q5_0;
+    case io::ggml_type::q5_1: return dtype::q5_1;
+    case io::ggml_type::q8_0: return dtype::q8_0;
+    case io::ggml_type::q2_k: return dtype::q2_k;
+    case io::ggml_type::q3_k: return dtype::q3_k;
+    case io::ggml_type::q4_k: return dtype::q4_k;
+    case io::ggml_type::q5_k: return dtype::q5_k;
+    case io::ggml_type::q6_k: return dtype::q6_k;
     default:
       throw file_error(path, t.offset,
                        "tensor " + t.name + " has type " + std::string(io::name_of(t.type)) +
-                           ", which this build does not support (supported: F32, F16, BF16)");
+                           ", which this build does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K)");
   }
 }
 

@@ -18,6 +18,7 @@ inline float dot(const float* a, const float* b, std::size_t n) {
 
 /// y[r] = sum_c w(r, c) * x[c]. The pool is ignored: the twin is serial.
 inline void matvec(const weight_view& w, const float* x, float* y, thread_pool* /*pool*/) {
+  if (is_quantized(w.type)) return cpu::detail::quantized_linear(w, x, 1, y, nullptr, /*reference=*/true);
   for (std::size_t r = 0; r < w.rows; ++r) {
     float s = 0.0f;
     for (std::size_t c = 0; c < w.cols; ++c) s += weight_at(w, r, c) * x[c];
@@ -27,6 +28,7 @@ inline void matvec(const weight_view& w, const float* x, float* y, thread_pool* 
 
 /// y(t, r) = sum_c x(t, c) * w(r, c). x: (n_tokens, cols), y: (n_tokens, rows)
 inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* /*pool*/) {
+  if (is_quantized(w.type)) return cpu::detail::quantized_linear(w, x, n_tokens, y, nullptr, /*reference=*/true);
   for (std::size_t t = 0; t < n_tokens; ++t)
     for (std::size_t r = 0; r < w.rows; ++r) {
       float s = 0.0f;

@@ -1,0 +1,102 @@
+// kestrel/cpu/quantized.hpp: matrix x vector and matrix x matrix with GGUF
+// block-quantized weights (quant/), for the CPU backend and its scalar twin.
+//
+// The activations are quantized once per call to the format the weight type
+// pairs with (q8_0 / q8_1 for the legacy types, q8_K for the k-quants, as
+// ggml does), then each weight row meets them in an integer dot product.
+// Prefill uses the same arithmetic, one weight row at a time against every
+// token, so each row is read once per call and decode after prefill gives
+// what a longer prefill gives (the KV-cache invariant holds as tightly as
+// for float weights). The fast and reference paths differ only in the
+// legacy dot (SIMD vs quant::ref::dot); the k-quant dot is scalar in both.
+#pragma once
+
+#include <cstddef>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kestrel/core/error.hpp"
+#include "kestrel/core/tensor.hpp"
+#include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/quant/kquants.hpp"
+#include "kestrel/quant/legacy.hpp"
+#include "kestrel/quant/ref/legacy.hpp"
+
+namespace kestrel::cpu {
+
+namespace detail {
+
+/// The one table from a quantized dtype to its block type.
+template <class F>
+decltype(auto) visit_quantized(const weight_view& w, F&& f) {
+  switch (w.type) {
+    case dtype::q4_0: return f(static_cast<const quant::block_q4_0*>(w.data));
+    case dtype::q4_1: return f(static_cast<const quant::block_q4_1*>(w.data));
+    case dtype::q5_0: return f(static_cast<const quant::block_q5_0*>(w.data));
+    case dtype::q5_1: return f(static_cast<const quant::block_q5_1*>(w.data));
+    case dtype::q8_0: return f(static_cast<const quant::block_q8_0*>(w.data));
+    case dtype::q2_k: return f(static_cast<const quant::block_q2_K*>(w.data));
+    case dtype::q3_k: return f(static_cast<const quant::block_q3_K*>(w.data));
+    case dtype::q4_k: return f(static_cast<const quant::block_q4_K*>(w.data));
+    case dtype::q5_k: return f(static_cast<const quant::block_q5_K*>(w.data));
+    case dtype::q6_k: return f(static_cast<const quant::block_q6_K*>(w.data));
+    default: throw invalid_argument("cpu: weight type " + std::string(name_of(w.type)) + " is not a block type");
+  }
+}
+
+template <class B> struct activation_block { using type = quant::block_q8_K; };  // the k-quants
+template <> struct activation_block<quant::block_q4_0> { using type = quant::block_q8_0; };
+template <> struct activation_block<quant::block_q4_1> { using type = quant::block_q8_1; };
+template <> struct activation_block<quant::block_q5_0> { using type = quant::block_q8_0; };
+template <> struct activation_block<quant::block_q5_1> { using type = quant::block_q8_1; };
+template <> struct activation_block<quant::block_q8_0> { using type = quant::block_q8_0; };
+
+template <class B, class A>
+float block_dot(const B* w, const A* a, std::size_t n, bool reference) {
+  if constexpr (std::is_same_v<A, quant::block_q8_K>) {
+    (void)reference;
+    return quant::vec_dot(w, a, n);
+  } else {
+    return reference ? quant::ref::dot(w, a, n) : quant::dot(w, a, n);
+  }
+}
+
+/// Y(n_tokens, rows) = X(n_tokens, cols) W^T with W block-quantized.
+inline void quantized_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
+                             bool reference) {
+  if (w.cols % block_size(w.type) != 0)
+    throw invalid_argument("cpu: a " + std::string(name_of(w.type)) + " row of " + std::to_string(w.cols) +
+                           " values is not a whole number of blocks");
+  visit_quantized(w, [&](const auto* blocks) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
+    using A = typename activation_block<B>::type;
+    constexpr std::size_t qk = sizeof(A) == sizeof(quant::block_q8_K) ? 256 : 32;
+    const std::size_t cols = w.cols, nb = cols / qk, row_bytes = w.row_bytes();
+    // Activations quantized once per call; grown, never shrunk (decode
+    // reuses the same buffer every step).
+    thread_local std::vector<A> act;
+    if (act.size() < n_tokens * nb) act.resize(n_tokens * nb);
+    for (std::size_t t = 0; t < n_tokens; ++t) quant::quantize_row(x + t * cols, act.data() + t * nb, cols);
+    const A* a = act.data();
+    const auto* base = static_cast<const std::byte*>(w.data);
+    parallel_for(pool, w.rows, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        const B* row = reinterpret_cast<const B*>(base + r * row_bytes);
+        for (std::size_t t = 0; t < n_tokens; ++t) y[t * w.rows + r] = block_dot(row, a + t * nb, cols, reference);
+      }
+    }, n_tokens * w.rows * cols);
+  });
+}
+
+inline void quantized_row_to_f32(const weight_view& w, std::size_t row, float* out) {
+  visit_quantized(w, [&](const auto* blocks) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
+    const auto* p = reinterpret_cast<const B*>(static_cast<const std::byte*>(w.data) + row * w.row_bytes());
+    quant::dequantize_row(p, out, w.cols);
+  });
+}
+
+}  // namespace detail
+
+}  // namespace kestrel::cpu
