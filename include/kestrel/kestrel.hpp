@@ -20,6 +20,7 @@
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/engine/generate.hpp"
 #include "kestrel/io/gguf.hpp"
+#include "kestrel/io/gguf_write.hpp"
 #include "kestrel/io/llama2c.hpp"
 #include "kestrel/kv/concepts.hpp"
 #include "kestrel/kv/contiguous.hpp"
