@@ -6,9 +6,8 @@
 //    15043 -> ' Hello'
 //     3186 -> ' world'
 //
-// The program is one template, run() over any Tokenizer, instantiated for
-// each alternative of kestrel::any_tokenizer (SentencePiece, byte-level BPE);
-// kestrel::tokenizer_from_gguf picks the family from the file.
+// kestrel::tokenizer_from_gguf picks the family (SentencePiece or byte-level
+// BPE) from the file; kestrel::any_tokenizer does the rest.
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -16,7 +15,6 @@
 #include <sstream>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include "common/cli.hpp"
@@ -43,25 +41,8 @@ struct tokenize_options {
   bool from_stdin = false, ids = false, no_bos = false, parse_special = true, escape = true, show_count = false;
 };
 
-template <kestrel::Tokenizer T>
-std::vector<kestrel::token_id> encode(const T& tok, std::string_view text, bool add_bos, bool parse_special) {
-  if constexpr (requires { tok.encode(text, add_bos, parse_special); })
-    return tok.encode(text, add_bos, parse_special);
-  else
-    return tok.encode(text, add_bos);
-}
-
-template <kestrel::Tokenizer T>
-bool wants_bos(const T& tok) {
-  if constexpr (requires { { tok.add_bos() } -> std::convertible_to<bool>; })
-    return tok.add_bos();
-  else
-    return true;
-}
-
-template <kestrel::Tokenizer T>
-void run(const T& tok, const tokenize_options& o, std::string_view text) {
-  const auto ids = encode(tok, text, !o.no_bos && wants_bos(tok), o.parse_special);
+void run(const kestrel::any_tokenizer& tok, const tokenize_options& o, std::string_view text) {
+  const auto ids = tok.encode(text, !o.no_bos && tok.add_bos(), o.parse_special);
   std::string out;
   if (o.ids) {
     out += '[';
@@ -178,7 +159,7 @@ int main(int argc, char** argv) {
       text.assign(std::istreambuf_iterator<char>(std::cin), {});
     }
     const auto tok = kestrel::tokenizer_from_gguf(kestrel::io::gguf_file(o.model));
-    std::visit([&](const auto& t) { run(t, o, text); }, tok.get());
+    run(tok, o, text);
   } catch (const std::exception& e) {
     std::fflush(stdout);
     kestrel::cli::die(e.what());
