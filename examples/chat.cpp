@@ -45,8 +45,8 @@ std::optional<chat_setup> chat_format(const kestrel::cli::options& opt, const ke
   ids.eos = tok.eos();
   ids.add_bos = tok.add_bos();
   std::optional<std::string> jinja;
-  if (file.format == kestrel::model_format::gguf && !opt.tokenizer) {
-    const kestrel::io::gguf_file f(opt.model);
+  if (file.gguf && !opt.tokenizer) {
+    const kestrel::io::gguf_file& f = *file.gguf;
     jinja = f.get_optional<std::string>("tokenizer.chat_template");
     ids = kestrel::read_special_ids(f, ids);
   } else {

@@ -174,6 +174,7 @@ struct model_file {
   model_format format = model_format::gguf;
   llama_weights weights;
   any_tokenizer tokenizer;  // SentencePiece or byte-level BPE, as the file says
+  std::shared_ptr<const io::gguf_file> gguf;  // the parsed GGUF (metadata such as the chat template); null for llama2.c
 };
 
 /// Loads a GGUF file (weights and tokenizer), or a llama2.c checkpoint with
@@ -184,9 +185,10 @@ inline model_file load_model_file(const std::filesystem::path& path,
   const std::string name = path.string();
   const model_format format = detect_format(path);
   llama_weights weights;
+  std::shared_ptr<const io::gguf_file> gguf;
   auto tok = [&]() -> any_tokenizer {
     if (format == model_format::gguf) {
-      auto f = std::make_shared<const io::gguf_file>(path);
+      auto f = gguf = std::make_shared<const io::gguf_file>(path);
       weights = load_gguf_weights(f);
       if (!tokenizer) return tokenizer_from_gguf(*f);
     } else {
@@ -199,7 +201,7 @@ inline model_file load_model_file(const std::filesystem::path& path,
   if (tok.n_vocab() != weights.hparams.n_vocab)
     throw invalid_argument(name + ": the vocabulary has " + std::to_string(tok.n_vocab()) +
                            " tokens but the model's embedding has " + std::to_string(weights.hparams.n_vocab));
-  return {name, format, std::move(weights), std::move(tok)};
+  return {name, format, std::move(weights), std::move(tok), std::move(gguf)};
 }
 
 }  // namespace kestrel
