@@ -164,36 +164,134 @@ TEST_CASE("cpu: swiglu == ref::swiglu, also in place") {
   }
 }
 
-TEST_CASE("cpu: rope == ref::rope") {
+TEST_CASE("cpu: rope == ref::rope, both pairings, with and without scaling") {
   // Both use the same cos/sin (cpu::rope_cos_sin); each output a c - b s has
   // at most two roundings: within gamma_2 (|a c| + |b s|) of exact.
   struct shape { std::size_t n_heads, head_dim, n_rot; };
-  for (auto [n_heads, head_dim, n_rot] :
-       {shape{1, 2, 2}, shape{1, 64, 64}, shape{6, 48, 48}, shape{4, 128, 128}, shape{2, 128, 64}, shape{3, 80, 32},
-        shape{2, 512, 512}, shape{1, 8, 0}}) {
-    for (std::size_t pos : {0, 1, 7, 100, 4095}) {
-      const std::size_t n = n_heads * head_dim;
-      const auto x = random_floats(n, static_cast<std::uint32_t>(41 + pos + n));
-      auto got = x, want = x;
-      cpu::rope(got.data(), n_heads, head_dim, n_rot, pos, 10000.0f);
-      ref::rope(want.data(), n_heads, head_dim, n_rot, pos, 10000.0f);
-      std::vector<double> tol(n, 0.0);
-      for (std::size_t h = 0; h < n_heads; ++h)
-        for (std::size_t i = 0; i < n_rot / 2; ++i) {
-          float c, s;
-          cpu::rope_cos_sin(pos, i, n_rot, 10000.0f, c, s);
-          const std::size_t j = h * head_dim + 2 * i;
-          const double t = 2 * gamma_n(2) * (std::fabs(x[j] * c) + std::fabs(x[j + 1] * s) +
-                                           std::fabs(x[j] * s) + std::fabs(x[j + 1] * c));
-          tol[j] = tol[j + 1] = t;
+  const auto factors = random_floats(256, 77, 1.0f, 8.0f);
+  for (auto mode : {cpu::rope_mode::normal, cpu::rope_mode::neox})
+    for (bool scaled : {false, true})
+      for (auto [n_heads, head_dim, n_rot] :
+           {shape{1, 2, 2}, shape{1, 64, 64}, shape{6, 48, 48}, shape{4, 128, 128}, shape{2, 128, 64},
+            shape{3, 80, 32}, shape{2, 512, 512}, shape{1, 8, 0}}) {
+        const cpu::rope_spec r{n_rot, scaled ? 500000.0f : 10000.0f, mode, scaled ? 0.25f : 1.0f,
+                               scaled ? factors.data() : nullptr};
+        for (std::size_t pos : {0, 1, 7, 100, 4095}) {
+          const std::size_t n = n_heads * head_dim;
+          const auto x = random_floats(n, static_cast<std::uint32_t>(41 + pos + n));
+          auto got = x, want = x;
+          cpu::rope(got.data(), n_heads, head_dim, pos, r);
+          ref::rope(want.data(), n_heads, head_dim, pos, r);
+          std::vector<double> tol(n, 0.0);
+          std::vector<bool> rotated(head_dim, false);
+          for (std::size_t h = 0; h < n_heads; ++h)
+            for (std::size_t i = 0; i < n_rot / 2; ++i) {
+              float c, sn;
+              cpu::rope_cos_sin(pos, i, r, c, sn);
+              std::size_t ia, ib;
+              cpu::rope_pair(r, i, ia, ib);
+              rotated[ia] = rotated[ib] = true;
+              const std::size_t ja = h * head_dim + ia, jb = h * head_dim + ib;
+              const double t = 2 * gamma_n(2) * (std::fabs(x[ja] * c) + std::fabs(x[jb] * sn) +
+                                                 std::fabs(x[ja] * sn) + std::fabs(x[jb] * c));
+              tol[ja] = tol[jb] = t;
+            }
+          INFO("mode " << static_cast<int>(mode) << " scaled " << scaled << " n_heads " << n_heads << " head_dim "
+                       << head_dim << " n_rot " << n_rot << " pos " << pos);
+          kestrel::test::check_within(got.data(), want.data(), tol, n);
+          // Exactly the first n_rot dims of each head rotate; the rest are untouched.
+          for (std::size_t d = 0; d < head_dim; ++d) CHECK(rotated[d] == (d < n_rot));
+          for (std::size_t h = 0; h < n_heads; ++h)
+            for (std::size_t d = n_rot; d < head_dim; ++d) CHECK(got[h * head_dim + d] == x[h * head_dim + d]);
         }
-      INFO("n_heads " << n_heads << " head_dim " << head_dim << " n_rot " << n_rot << " pos " << pos);
+      }
+}
+
+TEST_CASE("cpu: neox rope pairs dim i with i + n_rot/2 (Hugging Face's rotate_half)") {
+  // At pos 1 with theta 10000, pair 0 turns by 1 radian: x[0], x[n_rot/2] rotate.
+  std::vector<float> x(8, 0.0f);
+  x[0] = 1.0f;
+  cpu::rope(x.data(), 1, 8, 1, cpu::rope_spec{8, 10000.0f, cpu::rope_mode::neox});
+  CHECK(x[0] == doctest::Approx(std::cos(1.0f)));
+  CHECK(x[4] == doctest::Approx(std::sin(1.0f)));
+  CHECK(x[1] == 0.0f);
+  // Linear scaling 1/4 at pos 4 is the unscaled angle at pos 1; a factor 2
+  // halves pair 0's frequency.
+  float c1, s1, c2, s2;
+  const float ff[4] = {2.0f, 1.0f, 1.0f, 1.0f};
+  cpu::rope_cos_sin(4, 0, cpu::rope_spec{8, 10000.0f, cpu::rope_mode::neox, 0.25f}, c1, s1);
+  cpu::rope_cos_sin(2, 0, cpu::rope_spec{8, 10000.0f, cpu::rope_mode::neox, 1.0f, ff}, c2, s2);
+  CHECK(c1 == doctest::Approx(std::cos(1.0f)));
+  CHECK(c2 == doctest::Approx(std::cos(1.0f)));
+}
+
+TEST_CASE("cpu: layernorm == ref::layernorm, with and without bias, also in place") {
+  // Ref sums in double (exact to ~1e-16 here). Fast: the mean's sum is within
+  // gamma_n sum|x|, so each deviation d_i = x_i - mean is off by at most
+  // D = gamma_n mean|x| + u |d_i|; the variance's sum of squares is within
+  // gamma_n + 2 D / rms(d) relative, the scale (sqrt halves it) within
+  // gamma_n/2 + D / rms(d) + 3u. out_i = d_i s w_i + b_i: within
+  // |w_i| s (D + |d_i| (scale error + 2u)) + u |out_i|. Doubled for the
+  // second-order terms this first-order bound drops.
+  const float eps = 1e-5f;
+  for (std::size_t n : sizes()) {
+    for (bool with_bias : {false, true}) {
+      const auto x = random_floats(n, 13 + n, -1.0f, 5.0f), w = random_floats(n, 130 + n), b = random_floats(n, 131 + n);
+      const float* bias = with_bias ? b.data() : nullptr;
+      std::vector<float> got(n), want(n);
+      cpu::layernorm(got.data(), x.data(), w.data(), bias, n, eps);
+      ref::layernorm(want.data(), x.data(), w.data(), bias, n, eps);
+      double mean = 0, mabs = 0, var = 0, dmax = 0;
+      for (float v : x) mean += v, mabs += std::fabs(v);
+      mean /= n, mabs /= n;
+      for (float v : x) var += (v - mean) * (v - mean), dmax = std::max(dmax, std::fabs(v - mean));
+      const double rms = std::sqrt(var / n + eps), s = 1.0 / rms;
+      std::vector<double> tol(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double d = std::fabs(x[i] - mean), D = gamma_n(n) * mabs + u * d;
+        const double scale_err = gamma_n(n) / 2 + (gamma_n(n) * mabs + u * dmax) / rms + 3 * u;
+        tol[i] = 2 * (std::fabs(w[i]) * s * (D + d * (scale_err + 2 * u)) + u * std::fabs(want[i]));
+      }
+      INFO("n " << n << " bias " << with_bias);
       kestrel::test::check_within(got.data(), want.data(), tol, n);
-      // Dims past n_rot are untouched.
-      for (std::size_t h = 0; h < n_heads; ++h)
-        for (std::size_t d = n_rot; d < head_dim; ++d) CHECK(got[h * head_dim + d] == x[h * head_dim + d]);
+      auto in_place = x;
+      cpu::layernorm(in_place.data(), in_place.data(), w.data(), bias, n, eps);
+      CHECK(in_place == got);
     }
   }
+}
+
+TEST_CASE("cpu: gelu == ref::gelu, also in place") {
+  // Fast: x / (1 + e^a), a = -2 sqrt(2/pi) (x + 0.044715 x^3) computed with
+  // 5 roundings (absolute error 5u|a|, which e^a turns into relative error),
+  // then the exp's bound, the add and the divide: within
+  // exp_rel_error + 5u|a| + 3u of exact, relative. Ref: 0.5 x (1 + tanh(y))
+  // with tanh within ~1u absolute, so within 2u |x| absolute plus 4u relative
+  // (the cancellation in 1 + tanh for negative x is absolute, not relative).
+  for (std::size_t n : sizes()) {
+    for (float range : {3.0f, 12.0f}) {
+      const auto x = random_floats(n, 17 + n, -range, range);
+      std::vector<float> got(n), want(n);
+      cpu::gelu(got.data(), x.data(), n);
+      ref::gelu(want.data(), x.data(), n);
+      std::vector<double> tol(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const double v = x[i], a = 2 * 0.7978845608 * std::fabs(v + 0.044715 * v * v * v);
+        tol[i] = (cpu::exp_rel_error + 5 * u * a + 7 * u) * std::fabs(want[i]) + 2 * u * std::fabs(v) + 1e-37;
+      }
+      INFO("n " << n << " range " << range);
+      kestrel::test::check_within(got.data(), want.data(), tol, n);
+      auto in_place = x;
+      cpu::gelu(in_place.data(), in_place.data(), n);
+      CHECK(in_place == got);
+    }
+  }
+  // Reference values of the tanh approximation: gelu(1) = 0.841192, gelu(-1) = -0.158808.
+  const float x[2] = {1.0f, -1.0f};
+  float y[2];
+  cpu::gelu(y, x, 2);
+  CHECK(y[0] == doctest::Approx(0.841192).epsilon(1e-5));
+  CHECK(y[1] == doctest::Approx(-0.158808).epsilon(1e-5));
 }
 
 TEST_CASE("cpu: rope angles follow llama2.c") {
@@ -203,7 +301,7 @@ TEST_CASE("cpu: rope angles follow llama2.c") {
     const float freq = 1.0f / std::pow(10000.0f, static_cast<float>(j % head_size) / static_cast<float>(head_size));
     const float val = static_cast<float>(pos) * freq;
     float c, s;
-    cpu::rope_cos_sin(pos, j / 2, head_size, 10000.0f, c, s);
+    cpu::rope_cos_sin(pos, j / 2, cpu::rope_spec{head_size, 10000.0f}, c, s);
     CHECK(c == std::cos(val));
     CHECK(s == std::sin(val));
   }

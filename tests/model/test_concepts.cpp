@@ -14,8 +14,10 @@ struct no_attend {  // a backend missing one operation
   void matmul(const weight_view&, const float*, std::size_t, float*) {}
   void row_to_f32(const weight_view&, std::size_t, float*) {}
   void rmsnorm(float*, const float*, const float*, std::size_t, float) {}
-  void rope(float*, std::size_t, std::size_t, std::size_t, std::size_t, float) {}
+  void layernorm(float*, const float*, const float*, const float*, std::size_t, float) {}
+  void rope(float*, std::size_t, std::size_t, std::size_t, const cpu::rope_spec&) {}
   void swiglu(float*, const float*, const float*, std::size_t) {}
+  void gelu(float*, const float*, std::size_t) {}
   void add(float*, const float*, std::size_t) {}
   template <class F>
   void parallel_for(std::size_t n, F&& f, std::size_t) { f(std::size_t{0}, n); }

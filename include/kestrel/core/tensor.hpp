@@ -65,6 +65,9 @@ struct weight_view {
   std::size_t row_bytes() const noexcept { return cols / block_size(type) * block_bytes(type); }
   std::size_t bytes() const noexcept { return rows * row_bytes(); }
   const std::byte* row(std::size_t r) const noexcept { return static_cast<const std::byte*>(data) + r * row_bytes(); }
+  /// Rows [first, first + n) as a matrix of their own (no copy): how a fused
+  /// qkv or gate|up tensor is seen as its parts. The caller checks the range.
+  weight_view rows_from(std::size_t first, std::size_t n) const noexcept { return {type, row(first), n, cols}; }
 };
 
 }  // namespace kestrel

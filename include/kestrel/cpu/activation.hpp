@@ -1,4 +1,4 @@
-// kestrel/cpu/activation.hpp: SwiGLU and the residual add.
+// kestrel/cpu/activation.hpp: SwiGLU, GELU and the residual add.
 #pragma once
 
 #include <cstddef>
@@ -24,6 +24,20 @@ inline void swiglu(float* out, const float* gate, const float* up, std::size_t n
     const float e = cpu::exp(simd::fbatch(-gate[i])).get(0);
     out[i] = gate[i] / (1.0f + e) * up[i];
   }
+}
+
+/// GELU, tanh approximation (GPT-2's), in the equivalent logistic form
+///   0.5 x (1 + tanh(y)) = x / (1 + e^(-2y)),  y = sqrt(2/pi) (x + 0.044715 x^3),
+/// which has no cancellation for negative x (1 + tanh(y) does). out may
+/// alias x. Relative error vs the scalar twin: exp's bound plus a few
+/// roundings (tests/cpu derives it).
+inline void gelu(float* out, const float* x, std::size_t n) noexcept {
+  constexpr std::size_t W = simd::width;
+  const simd::fbatch one(1.0f), k2(-2.0f * 0.7978845608028654f), c(0.044715f);
+  auto f = [&](const simd::fbatch& v) { return v / (one + cpu::exp(k2 * (v + c * v * v * v))); };
+  std::size_t i = 0;
+  for (; i + W <= n; i += W) f(simd::fbatch::load_unaligned(x + i)).store_unaligned(out + i);
+  for (; i < n; ++i) out[i] = f(simd::fbatch(x[i])).get(0);
 }
 
 /// y += x (the residual connection). x, y: (n).

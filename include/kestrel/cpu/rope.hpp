@@ -1,5 +1,14 @@
-// kestrel/cpu/rope.hpp: rotary position embedding, llama / GGML "normal"
-// mode (adjacent pairs (2i, 2i+1) rotate together).
+// kestrel/cpu/rope.hpp: rotary position embedding.
+//
+// Two pairings of a head's dims, as GGML names them:
+//   normal -- adjacent pairs (2i, 2i+1) rotate together: llama2.c and GGUF
+//             llama files (whose converter permutes the q/k rows for it);
+//   neox   -- dim i pairs with dim i + n_rot/2: Hugging Face checkpoints
+//             ("rotate_half"), and GGUF qwen2 / phi3 files.
+// Pair i turns by pos * freq_scale * theta^(-2i/n_rot) / freq_factors[i]:
+// freq_scale < 1 is linear position interpolation (rope.scaling.type
+// linear), freq_factors are per-pair divisors (Llama 3's rope scaling,
+// stored as the rope_freqs.weight tensor in GGUF files).
 #pragma once
 
 #include <cmath>
@@ -7,43 +16,72 @@
 
 namespace kestrel::cpu {
 
-/// cos and sin of the angle of pair i (dims 2i, 2i+1) at position pos:
-/// angle = pos * theta^(-2i / n_rot). Computed in float exactly as llama2.c
-/// does (freq = 1 / powf(theta, 2i / n_rot); val = pos * freq; cosf, sinf),
-/// so its golden outputs match bit for bit. The fast kernel and the scalar
-/// twin both call this function, so their angles are identical and only the
-/// rotation's rounding may differ.
-inline void rope_cos_sin(std::size_t pos, std::size_t i, std::size_t n_rot, float theta, float& c, float& s) noexcept {
-  const float freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(n_rot));
-  const float val = static_cast<float>(pos) * freq;
+enum class rope_mode { normal, neox };
+
+struct rope_spec {
+  std::size_t n_rot = 0;                // rotated dims per head (even, <= head_dim)
+  float theta = 10000.0f;               // frequency base
+  rope_mode mode = rope_mode::normal;
+  float freq_scale = 1.0f;              // positions are multiplied by this
+  const float* freq_factors = nullptr;  // (n_rot / 2) divisors of the frequencies, or none
+};
+
+/// cos and sin of the angle of pair i at position pos. Computed in float
+/// exactly as llama2.c does when there is no scaling (freq = 1 / powf(theta,
+/// 2i / n_rot); val = pos * freq; cosf, sinf), so its golden outputs match
+/// bit for bit (multiplying by freq_scale 1 is exact). The fast kernel and
+/// the scalar twin both call this function, so their angles are identical and
+/// only the rotation's rounding may differ.
+inline void rope_cos_sin(std::size_t pos, std::size_t i, const rope_spec& r, float& c, float& s) noexcept {
+  float freq = 1.0f / std::pow(r.theta, static_cast<float>(2 * i) / static_cast<float>(r.n_rot));
+  if (r.freq_factors) freq /= r.freq_factors[i];
+  const float val = static_cast<float>(pos) * r.freq_scale * freq;
   c = std::cos(val);
   s = std::sin(val);
 }
 
-/// Rotates the first n_rot dims (n_rot even, <= head_dim) of each of n_heads
-/// heads at position pos. x: (n_heads, head_dim), in place.
+/// The dims pair i rotates: (first, second).
+inline void rope_pair(const rope_spec& r, std::size_t i, std::size_t& a, std::size_t& b) noexcept {
+  if (r.mode == rope_mode::normal) {
+    a = 2 * i;
+    b = 2 * i + 1;
+  } else {
+    a = i;
+    b = i + r.n_rot / 2;
+  }
+}
+
+/// Rotates the first n_rot dims of each of n_heads heads at position pos.
+/// x: (n_heads, head_dim), in place.
 ///
 /// The cost that matters is the n_rot/2 cos/sin pairs, so they are computed
 /// once per call (in chunks on the stack) and reused for every head; the
 /// rotation itself is a handful of multiplies per pair.
-inline void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t n_rot, std::size_t pos,
-                 float theta) noexcept {
+inline void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t pos, const rope_spec& r) noexcept {
   constexpr std::size_t chunk = 128;  // pairs per stack table: head_dim <= 256 needs one chunk
   float cs[chunk], sn[chunk];
-  const std::size_t n_pairs = n_rot / 2;
+  const std::size_t n_pairs = r.n_rot / 2;
+  const std::size_t stride = r.mode == rope_mode::normal ? 2 : 1, partner = r.mode == rope_mode::normal ? 1 : n_pairs;
   for (std::size_t p0 = 0; p0 < n_pairs; p0 += chunk) {
     const std::size_t p1 = n_pairs < p0 + chunk ? n_pairs : p0 + chunk;
-    for (std::size_t i = p0; i < p1; ++i) rope_cos_sin(pos, i, n_rot, theta, cs[i - p0], sn[i - p0]);
+    for (std::size_t i = p0; i < p1; ++i) rope_cos_sin(pos, i, r, cs[i - p0], sn[i - p0]);
     for (std::size_t h = 0; h < n_heads; ++h) {
       float* v = x + h * head_dim;
       for (std::size_t i = p0; i < p1; ++i) {
         const float c = cs[i - p0], s = sn[i - p0];
-        const float a = v[2 * i], b = v[2 * i + 1];
-        v[2 * i] = a * c - b * s;
-        v[2 * i + 1] = a * s + b * c;
+        float* pa = v + stride * i;
+        const float a = pa[0], b = pa[partner];
+        pa[0] = a * c - b * s;
+        pa[partner] = a * s + b * c;
       }
     }
   }
+}
+
+/// The llama2.c form: normal pairing, no scaling.
+inline void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t n_rot, std::size_t pos,
+                 float theta) noexcept {
+  cpu::rope(x, n_heads, head_dim, pos, rope_spec{n_rot, theta});
 }
 
 }  // namespace kestrel::cpu

@@ -28,10 +28,14 @@ class cpu_backend {
   void matmul(const weight_view& w, const float* x, std::size_t n, float* y) { cpu::matmul(w, x, n, y, pool_.get()); }
   void row_to_f32(const weight_view& w, std::size_t row, float* y) { cpu::row_to_f32(w, row, y); }
   void rmsnorm(float* y, const float* x, const float* weight, std::size_t n, float eps) { cpu::rmsnorm(y, x, weight, n, eps); }
-  void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t n_rot, std::size_t pos, float theta) {
-    cpu::rope(x, n_heads, head_dim, n_rot, pos, theta);
+  void layernorm(float* y, const float* x, const float* weight, const float* bias, std::size_t n, float eps) {
+    cpu::layernorm(y, x, weight, bias, n, eps);
+  }
+  void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t pos, const cpu::rope_spec& r) {
+    cpu::rope(x, n_heads, head_dim, pos, r);
   }
   void swiglu(float* y, const float* gate, const float* up, std::size_t n) { cpu::swiglu(y, gate, up, n); }
+  void gelu(float* y, const float* x, std::size_t n) { cpu::gelu(y, x, n); }
   void add(float* y, const float* x, std::size_t n) { cpu::add(y, x, n); }
   void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
               std::size_t kv_stride, float scale, float* out, float* scratch) {
@@ -55,10 +59,14 @@ class cpu_ref_backend {
   void matmul(const weight_view& w, const float* x, std::size_t n, float* y) { cpu::ref::matmul(w, x, n, y, nullptr); }
   void row_to_f32(const weight_view& w, std::size_t row, float* y) { cpu::ref::row_to_f32(w, row, y); }
   void rmsnorm(float* y, const float* x, const float* weight, std::size_t n, float eps) { cpu::ref::rmsnorm(y, x, weight, n, eps); }
-  void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t n_rot, std::size_t pos, float theta) {
-    cpu::ref::rope(x, n_heads, head_dim, n_rot, pos, theta);
+  void layernorm(float* y, const float* x, const float* weight, const float* bias, std::size_t n, float eps) {
+    cpu::ref::layernorm(y, x, weight, bias, n, eps);
+  }
+  void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t pos, const cpu::rope_spec& r) {
+    cpu::ref::rope(x, n_heads, head_dim, pos, r);
   }
   void swiglu(float* y, const float* gate, const float* up, std::size_t n) { cpu::ref::swiglu(y, gate, up, n); }
+  void gelu(float* y, const float* x, std::size_t n) { cpu::ref::gelu(y, x, n); }
   void add(float* y, const float* x, std::size_t n) { cpu::ref::add(y, x, n); }
   void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
               std::size_t kv_stride, float scale, float* out, float* scratch) {

@@ -10,8 +10,9 @@
 //   b.matvec(w, x, y)                    y(rows) = W x                      -- decode
 //   b.matmul(w, x, n, y)                 Y(n, rows) = X(n, cols) W^T        -- prefill
 //   b.row_to_f32(w, row, y)              embedding lookup
-//   b.rmsnorm(y, x, weight, n, eps), b.rope(x, n_heads, head_dim, n_rot, pos, theta),
-//   b.swiglu(y, gate, up, n), b.add(y, x, n),
+//   b.rmsnorm(y, x, weight, n, eps), b.layernorm(y, x, weight, bias, n, eps),
+//   b.rope(x, n_heads, head_dim, pos, rope_spec), b.swiglu(y, gate, up, n), b.gelu(y, x, n),
+//   b.add(y, x, n),
 //   b.attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch)
 //   b.parallel_for(n, f, work)           f(begin, end) over a split of [0, n); `work`
 //                                        (multiply-adds) lets the backend run small jobs inline
@@ -40,6 +41,7 @@
 
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/core/token.hpp"
+#include "kestrel/cpu/rope.hpp"
 
 namespace kestrel {
 
@@ -50,13 +52,16 @@ struct range_fn {
 }  // namespace detail
 
 template <class B>
-concept Backend = requires(B& b, const weight_view& w, const float* cx, float* y, std::size_t n, float f) {
+concept Backend = requires(B& b, const weight_view& w, const float* cx, float* y, std::size_t n, float f,
+                           const cpu::rope_spec& r) {
   b.matvec(w, cx, y);
   b.matmul(w, cx, n, y);
   b.row_to_f32(w, n, y);
   b.rmsnorm(y, cx, cx, n, f);
-  b.rope(y, n, n, n, n, f);
+  b.layernorm(y, cx, cx, cx, n, f);
+  b.rope(y, n, n, n, r);
   b.swiglu(y, cx, cx, n);
+  b.gelu(y, cx, n);
   b.add(y, cx, n);
   b.attend(cx, cx, cx, n, n, n, f, y, y);
   b.parallel_for(n, detail::range_fn{}, n);

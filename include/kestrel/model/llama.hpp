@@ -1,16 +1,22 @@
-// kestrel/model/llama.hpp: the llama-family decoder.
+// kestrel/model/llama.hpp: the decoder (llama and the other architectures of
+// model/config.hpp, each a choice of parts).
 //
-//   x = embed(token)
-//   for each layer:
-//     x += wo . attention(rope(wq . rmsnorm(x)), rope(wk . rmsnorm(x)), wv . rmsnorm(x))   (GQA, causal)
-//     x += ffn_down . (silu(ffn_gate . rmsnorm(x)) * ffn_up . rmsnorm(x))                 (SwiGLU)
-//   logits = output . rmsnorm(x)
+//   x = embed(token) (+ position_embd[pos] for learned positions)
+//   for each layer (pre-norm, residual):
+//     x += wo . attention(rope(wq . norm(x) + bq), rope(wk . norm(x) + bk), wv . norm(x) + bv) + bo
+//                                            (GQA, causal, optionally a sliding window)
+//     x += ffn(norm(x))     SwiGLU: down . (silu(gate . h) * up . h)
+//                           GELU:   down . gelu(up . h + b_up) + b_down
+//   logits = output . norm(x)
+//   norm: RMSNorm, or LayerNorm with bias; absent biases are skipped.
 //
-// Prefill and decode are separate code paths, not one loop with a branch:
-// prefill runs every prompt token through each layer at once, so each weight
-// matrix meets a matrix of activations (Backend::matmul, compute-bound);
-// decode runs one token, so each weight matrix meets one vector
-// (Backend::matvec, memory-bound) and attends over the KV cache.
+// Prefill and decode are separate specializations of the same parts (the
+// `phase` template parameter): prefill runs every prompt token through each
+// layer at once, so each weight matrix meets a matrix of activations
+// (Backend::matmul, compute-bound) and attention runs over (token, head)
+// pairs; decode runs one token, so each weight matrix meets one vector
+// (Backend::matvec, memory-bound), attention runs over heads, and nothing
+// is allocated.
 #pragma once
 
 #include <algorithm>
@@ -50,7 +56,8 @@ class llama_model {
   static constexpr std::size_t default_max_ctx = 4096;
 
   /// `n_ctx` 0 means min(training context, default_max_ctx). A larger n_ctx
-  /// than the training context is allowed (RoPE extrapolates, usually badly).
+  /// than the training context is allowed for RoPE (it extrapolates, usually
+  /// badly) but not for learned positions, which have no row past it.
   llama_model(llama_weights weights, std::size_t n_ctx, B backend)
       : w_(validated(std::move(weights))),
         cfg_(Config::from(w_.hparams, w_.source)),
@@ -58,14 +65,13 @@ class llama_model {
         backend_(std::move(backend)),
         n_ctx_(n_ctx ? n_ctx : std::min(hp_.n_ctx_train, default_max_ctx)),
         cache_(hp_.n_layer, n_ctx_, hp_.kv_dim()) {
-    const std::size_t n_embd = cfg_.n_embd(), n_ff = cfg_.n_ff(), n_head = cfg_.n_head();
-    x_ = aligned_buffer<float>(n_embd);
-    xb_ = aligned_buffer<float>(n_embd);
-    q_ = aligned_buffer<float>(n_embd);
-    att_ = aligned_buffer<float>(n_embd);
-    hb_ = aligned_buffer<float>(n_ff);
-    hb2_ = aligned_buffer<float>(n_ff);
-    scores_ = aligned_buffer<float>(n_head * n_ctx_);
+    if (hp_.positions == position_type::learned && n_ctx_ > hp_.n_ctx_train)
+      throw invalid_argument(w_.source + ": context " + std::to_string(n_ctx_) + " exceeds the " +
+                             std::to_string(hp_.n_ctx_train) + " learned positions of this " + name_of(hp_.arch) +
+                             " model");
+    rope_ = cpu::rope_spec{hp_.n_rot, hp_.rope_theta, hp_.rope_mode, hp_.rope_freq_scale, w_.rope_freqs};
+    grow_scratch(1);  // decode's scratch: decode allocates nothing
+    scores_ = aligned_buffer<float>(cfg_.n_head() * n_ctx_);
     logits_ = aligned_buffer<float>(cfg_.n_vocab());
   }
 
@@ -87,7 +93,7 @@ class llama_model {
     if (tokens.empty()) throw invalid_argument("prefill: no tokens");
     for (std::size_t at = 0; at < tokens.size(); at += max_prefill_chunk) {
       const auto chunk = tokens.subspan(at, std::min(max_prefill_chunk, tokens.size() - at));
-      prefill_chunk(chunk, /*all_logits=*/false);
+      forward<phase::prefill>(chunk, /*all_logits=*/false);
     }
     return {logits_.data(), n_vocab()};
   }
@@ -101,7 +107,7 @@ class llama_model {
     out.reserve(tokens.size() * n_vocab());
     for (std::size_t at = 0; at < tokens.size(); at += max_prefill_chunk) {
       const auto chunk = tokens.subspan(at, std::min(max_prefill_chunk, tokens.size() - at));
-      prefill_chunk(chunk, /*all_logits=*/true);
+      forward<phase::prefill>(chunk, /*all_logits=*/true);
       out.insert(out.end(), all_logits_.data(), all_logits_.data() + chunk.size() * n_vocab());
     }
     return out;
@@ -112,39 +118,13 @@ class llama_model {
   std::span<const float> decode(token_id token) {
     const token_id one[1] = {token};
     check_tokens(one);
-    const std::size_t pos = cache_.size();
-    const std::size_t n_embd = cfg_.n_embd(), n_ff = cfg_.n_ff();
-    float* x = x_.data();
-    backend_.row_to_f32(w_.token_embd, static_cast<std::size_t>(token), x);
-    for (std::size_t l = 0; l < cfg_.n_layer(); ++l) {
-      const auto& L = w_.layers[l];
-      // attention block
-      backend_.rmsnorm(xb_.data(), x, L.attn_norm, n_embd, hp_.rms_eps);
-      float* k = cache_.key(l, pos);
-      float* v = cache_.value(l, pos);
-      backend_.matvec(L.wq, xb_.data(), q_.data());
-      backend_.matvec(L.wk, xb_.data(), k);
-      backend_.matvec(L.wv, xb_.data(), v);
-      backend_.rope(q_.data(), cfg_.n_head(), hp_.head_dim(), hp_.n_rot, pos, hp_.rope_theta);
-      backend_.rope(k, cfg_.n_head_kv(), hp_.head_dim(), hp_.n_rot, pos, hp_.rope_theta);
-      attend_heads(l, q_.data(), pos, att_.data(), scores_.data());
-      backend_.matvec(L.wo, att_.data(), xb_.data());
-      backend_.add(x, xb_.data(), n_embd);
-      // feed-forward block
-      backend_.rmsnorm(xb_.data(), x, L.ffn_norm, n_embd, hp_.rms_eps);
-      backend_.matvec(L.ffn_gate, xb_.data(), hb_.data());
-      backend_.matvec(L.ffn_up, xb_.data(), hb2_.data());
-      backend_.swiglu(hb_.data(), hb_.data(), hb2_.data(), n_ff);
-      backend_.matvec(L.ffn_down, hb_.data(), xb_.data());
-      backend_.add(x, xb_.data(), n_embd);
-    }
-    cache_.resize(pos + 1);
-    backend_.rmsnorm(x, x, w_.output_norm, n_embd, hp_.rms_eps);
-    backend_.matvec(w_.output, x, logits_.data());
+    forward<phase::decode>(one, /*all_logits=*/false);
     return {logits_.data(), n_vocab()};
   }
 
  private:
+  enum class phase { prefill, decode };
+
   void check_tokens(std::span<const token_id> tokens) const {
     for (token_id t : tokens)
       if (t < 0 || static_cast<std::size_t>(t) >= n_vocab())
@@ -157,88 +137,135 @@ class llama_model {
                              " (raise -c or shorten the prompt)");
   }
 
-  /// Attention of every query head at `pos` over cache positions [0, pos]:
-  /// head h reads KV head h / (n_head / n_head_kv) (grouped-query attention).
-  void attend_heads(std::size_t layer, const float* q, std::size_t pos, float* out, float* scores) {
-    const std::size_t head_dim = hp_.head_dim(), n_head = cfg_.n_head();
+  // ---- parts -------------------------------------------------------------
+
+  /// Y(n, w.rows) = X(n, w.cols) W^T (+ bias): matvec for decode, matmul for prefill.
+  template <phase P>
+  void linear(const weight_view& w, const float* bias, const float* X, std::size_t n, float* Y) {
+    if constexpr (P == phase::decode)
+      backend_.matvec(w, X, Y);
+    else
+      backend_.matmul(w, X, n, Y);
+    if (bias)
+      for (std::size_t i = 0; i < n; ++i) backend_.add(Y + i * w.rows, bias, w.rows);
+  }
+
+  /// The architecture's norm over n rows of width n_embd.
+  void norm(float* Y, const float* X, const float* weight, const float* bias, std::size_t n) {
+    const std::size_t d = cfg_.n_embd();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (hp_.norm == norm_type::rms)
+        backend_.rmsnorm(Y + i * d, X + i * d, weight, d, hp_.rms_eps);
+      else
+        backend_.layernorm(Y + i * d, X + i * d, weight, bias, d, hp_.rms_eps);
+    }
+  }
+
+  /// The first cache position token `pos` attends to.
+  std::size_t window_start(std::size_t pos) const noexcept {
+    const std::size_t w = hp_.sliding_window;
+    return w && pos + 1 > w ? pos + 1 - w : 0;
+  }
+
+  /// Attention of n tokens (queries Q, (n, n_embd)) at positions pos0.. over
+  /// the cache, which already holds their keys and values; head h reads KV
+  /// head h / (n_head / n_head_kv) (grouped-query attention). Decode runs
+  /// over heads with the model's scores scratch; prefill over (token, head)
+  /// pairs, each worker with its own.
+  template <phase P>
+  void attention(std::size_t layer, const float* Q, std::size_t n, std::size_t pos0, float* OUT) {
+    const std::size_t head_dim = hp_.head_dim(), n_head = cfg_.n_head(), n_embd = cfg_.n_embd();
     const std::size_t group = n_head / cfg_.n_head_kv();
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
     const kv_rows keys = cache_.keys(layer), values = cache_.values(layer);
-    backend_.parallel_for(n_head, [&](std::size_t begin, std::size_t end) {
-      for (std::size_t h = begin; h < end; ++h) {
-        const std::size_t kvh = h / group;
-        backend_.attend(q + h * head_dim, keys.base + kvh * head_dim, values.base + kvh * head_dim, pos + 1, head_dim,
-                        keys.stride, scale, out + h * head_dim, scores + h * n_ctx_);
-      }
-    }, 2 * n_head * (pos + 1) * head_dim);
-  }
-
-  void prefill_chunk(std::span<const token_id> tokens, bool all_logits) {
-    const std::size_t n = tokens.size(), pos0 = cache_.size();
-    const std::size_t n_embd = cfg_.n_embd(), n_ff = cfg_.n_ff(), kv_dim = hp_.kv_dim();
-    const std::size_t n_head = cfg_.n_head(), head_dim = hp_.head_dim(), group = n_head / cfg_.n_head_kv();
-    grow(px_, n * n_embd);
-    grow(pxb_, n * n_embd);
-    grow(pq_, n * n_embd);
-    grow(pk_, n * kv_dim);
-    grow(pv_, n * kv_dim);
-    grow(patt_, n * n_embd);
-    grow(ph_, n * n_ff);
-    grow(ph2_, n * n_ff);
-    float* X = px_.data();     // (n, n_embd) residual stream
-    float* XB = pxb_.data();   // (n, n_embd) normed input / block output
-    float* Q = pq_.data();     // (n, n_embd)
-    float* K = pk_.data();     // (n, kv_dim)
-    float* V = pv_.data();     // (n, kv_dim)
-    float* ATT = patt_.data(); // (n, n_embd)
-    float* H = ph_.data();     // (n, n_ff)
-    float* H2 = ph2_.data();   // (n, n_ff)
-    for (std::size_t i = 0; i < n; ++i) backend_.row_to_f32(w_.token_embd, static_cast<std::size_t>(tokens[i]), X + i * n_embd);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-
-    for (std::size_t l = 0; l < cfg_.n_layer(); ++l) {
-      const auto& L = w_.layers[l];
-      // attention block: projections as matrix x matrix
-      for (std::size_t i = 0; i < n; ++i) backend_.rmsnorm(XB + i * n_embd, X + i * n_embd, L.attn_norm, n_embd, hp_.rms_eps);
-      backend_.matmul(L.wq, XB, n, Q);
-      backend_.matmul(L.wk, XB, n, K);
-      backend_.matmul(L.wv, XB, n, V);
-      for (std::size_t i = 0; i < n; ++i) {
-        backend_.rope(Q + i * n_embd, n_head, head_dim, hp_.n_rot, pos0 + i, hp_.rope_theta);
-        backend_.rope(K + i * kv_dim, cfg_.n_head_kv(), head_dim, hp_.n_rot, pos0 + i, hp_.rope_theta);
-        std::memcpy(cache_.key(l, pos0 + i), K + i * kv_dim, kv_dim * sizeof(float));
-        std::memcpy(cache_.value(l, pos0 + i), V + i * kv_dim, kv_dim * sizeof(float));
-      }
-      // causal attention: token i sees cache positions [0, pos0 + i]
-      const kv_rows keys = cache_.keys(l), values = cache_.values(l);
+    auto one = [&](std::size_t i, std::size_t h, float* scores) {
+      const std::size_t pos = pos0 + i, first = window_start(pos), kvh = h / group;
+      backend_.attend(Q + i * n_embd + h * head_dim, keys.base + first * keys.stride + kvh * head_dim,
+                      values.base + first * values.stride + kvh * head_dim, pos + 1 - first, head_dim, keys.stride,
+                      scale, OUT + i * n_embd + h * head_dim, scores);
+    };
+    const std::size_t span = hp_.sliding_window ? std::min(hp_.sliding_window, pos0 + n) : pos0 + n;
+    if constexpr (P == phase::decode) {
+      float* scores = scores_.data();
+      backend_.parallel_for(n_head, [&](std::size_t begin, std::size_t end) {
+        for (std::size_t h = begin; h < end; ++h) one(0, h, scores + h * n_ctx_);
+      }, 2 * n_head * span * head_dim);
+    } else {
       backend_.parallel_for(n * n_head, [&](std::size_t begin, std::size_t end) {
         std::vector<float> scores(pos0 + n);  // per chunk of work, not per token
-        for (std::size_t job = begin; job < end; ++job) {
-          const std::size_t i = job / n_head, h = job % n_head, kvh = h / group;
-          backend_.attend(Q + i * n_embd + h * head_dim, keys.base + kvh * head_dim, values.base + kvh * head_dim,
-                          pos0 + i + 1, head_dim, keys.stride, scale, ATT + i * n_embd + h * head_dim, scores.data());
-        }
-      }, n * n_head * (pos0 + n) * head_dim);  // ~2 multiply-adds per (query, key) pair and dim, causal half
-      backend_.matmul(L.wo, ATT, n, XB);
-      backend_.add(X, XB, n * n_embd);
-      // feed-forward block
-      for (std::size_t i = 0; i < n; ++i) backend_.rmsnorm(XB + i * n_embd, X + i * n_embd, L.ffn_norm, n_embd, hp_.rms_eps);
-      backend_.matmul(L.ffn_gate, XB, n, H);
-      backend_.matmul(L.ffn_up, XB, n, H2);
+        for (std::size_t job = begin; job < end; ++job) one(job / n_head, job % n_head, scores.data());
+      }, n * n_head * span * head_dim);  // ~2 multiply-adds per (query, key) pair and dim, causal half
+    }
+  }
+
+  /// x += attention block (n tokens at pos0; X and the scratch hold n rows).
+  template <phase P>
+  void attention_block(std::size_t l, std::size_t n, std::size_t pos0) {
+    const auto& L = w_.layers[l];
+    const std::size_t n_embd = cfg_.n_embd(), kv_dim = hp_.kv_dim(), head_dim = hp_.head_dim();
+    float *X = px_.data(), *XB = pxb_.data(), *Q = pq_.data(), *K = pk_.data(), *V = pv_.data(), *ATT = patt_.data();
+    norm(XB, X, L.attn_norm, L.attn_norm_b, n);
+    linear<P>(L.wq, L.bq, XB, n, Q);
+    linear<P>(L.wk, L.bk, XB, n, K);
+    linear<P>(L.wv, L.bv, XB, n, V);
+    for (std::size_t i = 0; i < n; ++i) {
+      if (hp_.positions == position_type::rope) {
+        backend_.rope(Q + i * n_embd, cfg_.n_head(), head_dim, pos0 + i, rope_);
+        backend_.rope(K + i * kv_dim, cfg_.n_head_kv(), head_dim, pos0 + i, rope_);
+      }
+      std::memcpy(cache_.key(l, pos0 + i), K + i * kv_dim, kv_dim * sizeof(float));
+      std::memcpy(cache_.value(l, pos0 + i), V + i * kv_dim, kv_dim * sizeof(float));
+    }
+    attention<P>(l, Q, n, pos0, ATT);
+    linear<P>(L.wo, L.bo, ATT, n, XB);
+    backend_.add(X, XB, n * n_embd);
+  }
+
+  /// x += feed-forward block.
+  template <phase P>
+  void ffn_block(std::size_t l, std::size_t n) {
+    const auto& L = w_.layers[l];
+    const std::size_t n_embd = cfg_.n_embd(), n_ff = cfg_.n_ff();
+    float *X = px_.data(), *XB = pxb_.data(), *H = ph_.data(), *H2 = ph2_.data();
+    norm(XB, X, L.ffn_norm, L.ffn_norm_b, n);
+    if (hp_.ffn == ffn_type::swiglu) {
+      linear<P>(L.ffn_gate, nullptr, XB, n, H);
+      linear<P>(L.ffn_up, L.ffn_up_b, XB, n, H2);
       backend_.swiglu(H, H, H2, n * n_ff);
-      backend_.matmul(L.ffn_down, H, n, XB);
-      backend_.add(X, XB, n * n_embd);
+    } else {
+      linear<P>(L.ffn_up, L.ffn_up_b, XB, n, H);
+      backend_.gelu(H, H, n * n_ff);
+    }
+    linear<P>(L.ffn_down, L.ffn_down_b, H, n, XB);
+    backend_.add(X, XB, n * n_embd);
+  }
+
+  /// Runs n tokens at positions n_past().. through the model and leaves the
+  /// last token's logits in logits_ (and every token's in all_logits_).
+  template <phase P>
+  void forward(std::span<const token_id> tokens, bool all_logits) {
+    const std::size_t n = tokens.size(), pos0 = cache_.size(), n_embd = cfg_.n_embd();
+    if constexpr (P == phase::prefill) grow_scratch(n);
+    float *X = px_.data(), *XB = pxb_.data();
+    for (std::size_t i = 0; i < n; ++i) {
+      backend_.row_to_f32(w_.token_embd, static_cast<std::size_t>(tokens[i]), X + i * n_embd);
+      if (hp_.positions == position_type::learned) {
+        backend_.row_to_f32(w_.position_embd, pos0 + i, XB);
+        backend_.add(X + i * n_embd, XB, n_embd);
+      }
+    }
+    for (std::size_t l = 0; l < cfg_.n_layer(); ++l) {
+      attention_block<P>(l, n, pos0);
+      ffn_block<P>(l, n);
     }
     cache_.resize(pos0 + n);
-
     if (all_logits) {
-      for (std::size_t i = 0; i < n; ++i) backend_.rmsnorm(XB + i * n_embd, X + i * n_embd, w_.output_norm, n_embd, hp_.rms_eps);
+      norm(XB, X, w_.output_norm, w_.output_norm_b, n);
       grow(all_logits_, n * n_vocab());
-      backend_.matmul(w_.output, XB, n, all_logits_.data());
+      linear<P>(w_.output, nullptr, XB, n, all_logits_.data());
       std::memcpy(logits_.data(), all_logits_.data() + (n - 1) * n_vocab(), n_vocab() * sizeof(float));
     } else {
-      float* last = X + (n - 1) * n_embd;
-      backend_.rmsnorm(XB, last, w_.output_norm, n_embd, hp_.rms_eps);
+      norm(XB, X + (n - 1) * n_embd, w_.output_norm, w_.output_norm_b, 1);
       backend_.matvec(w_.output, XB, logits_.data());
     }
   }
@@ -249,7 +276,20 @@ class llama_model {
     return w;
   }
 
-  /// Grow-only scratch: prefill allocates once for the largest chunk seen.
+  /// Grow-only scratch: prefill allocates once for the largest chunk seen;
+  /// the constructor sizes it for one token, so decode allocates nothing.
+  void grow_scratch(std::size_t n) {
+    const std::size_t n_embd = cfg_.n_embd(), kv_dim = hp_.kv_dim(), n_ff = cfg_.n_ff();
+    grow(px_, n * n_embd);
+    grow(pxb_, n * n_embd);
+    grow(pq_, n * n_embd);
+    grow(pk_, n * kv_dim);
+    grow(pv_, n * kv_dim);
+    grow(patt_, n * n_embd);
+    grow(ph_, n * n_ff);
+    grow(ph2_, n * n_ff);
+  }
+
   static void grow(aligned_buffer<float>& b, std::size_t n) {
     if (b.size() < n) b = aligned_buffer<float>(n);
   }
@@ -260,13 +300,14 @@ class llama_model {
   B backend_;
   std::size_t n_ctx_;
   Cache cache_;
-  // decode scratch, allocated once
-  aligned_buffer<float> x_, xb_, q_, att_;  // (n_embd)
-  aligned_buffer<float> hb_, hb2_;          // (n_ff)
-  aligned_buffer<float> scores_;            // (n_head, n_ctx)
-  aligned_buffer<float> logits_;            // (n_vocab)
-  // prefill scratch, grown to the largest chunk
-  aligned_buffer<float> px_, pxb_, pq_, pk_, pv_, patt_, ph_, ph2_, all_logits_;
+  cpu::rope_spec rope_;
+  // activations of up to one prefill chunk (decode uses row 0), grown to the
+  // largest chunk seen
+  aligned_buffer<float> px_, pxb_, pq_, pk_, pv_, patt_;  // (n, n_embd) / (n, kv_dim)
+  aligned_buffer<float> ph_, ph2_;                        // (n, n_ff)
+  aligned_buffer<float> scores_;                          // (n_head, n_ctx), decode's attention
+  aligned_buffer<float> logits_;                          // (n_vocab)
+  aligned_buffer<float> all_logits_;                      // (n, n_vocab)
 };
 
 static_assert(GenerativeModel<llama_model<>>);

@@ -77,50 +77,135 @@ inline const float* gguf_vector(const io::gguf_file& f, const std::string& name,
 
 }  // namespace detail
 
-/// Hyperparameters from a GGUF file's metadata (`general.architecture` must be llama).
-inline llama_hparams gguf_llama_hparams(const io::gguf_file& f) {
+/// The architectures a GGUF file may name in `general.architecture`, with
+/// the RoPE pairing its converter leaves the q/k rows in (llama.cpp's
+/// converter permutes llama's to adjacent pairs; qwen2's and phi3's stay in
+/// Hugging Face's rotate_half order).
+inline model_arch gguf_arch(const io::gguf_file& f, cpu::rope_mode& mode) {
   const auto arch = f.get<std::string>("general.architecture");
-  if (arch != "llama")
-    throw file_error(f.path(), "general.architecture is '" + arch + "'; this build supports 'llama'");
+  mode = cpu::rope_mode::neox;
+  if (arch == "llama") {
+    mode = cpu::rope_mode::normal;
+    return model_arch::llama;
+  }
+  if (arch == "qwen2") return model_arch::qwen2;
+  if (arch == "phi3") return model_arch::phi3;
+  if (arch == "gpt2") return model_arch::gpt2;
+  throw file_error(f.path(), "general.architecture is '" + arch + "'; this build supports llama, qwen2, phi3 and gpt2");
+}
+
+/// Hyperparameters from a GGUF file's metadata (keys under the
+/// architecture's name, as llama.cpp writes them).
+inline llama_hparams gguf_llama_hparams(const io::gguf_file& f) {
   llama_hparams hp;
-  hp.n_embd = f.get<std::uint64_t>("llama.embedding_length");
-  hp.n_layer = f.get<std::uint64_t>("llama.block_count");
-  hp.n_ff = f.get<std::uint64_t>("llama.feed_forward_length");
-  hp.n_head = f.get<std::uint64_t>("llama.attention.head_count");
-  hp.n_head_kv = f.get_optional<std::uint64_t>("llama.attention.head_count_kv").value_or(hp.n_head);
-  hp.n_ctx_train = f.get<std::uint64_t>("llama.context_length");
-  hp.rms_eps = f.get_optional<float>("llama.attention.layer_norm_rms_epsilon").value_or(1e-5f);
-  hp.rope_theta = f.get_optional<float>("llama.rope.freq_base").value_or(10000.0f);
+  cpu::rope_mode mode;
+  hp.set_parts(gguf_arch(f, mode), mode);
+  const std::string a = f.get<std::string>("general.architecture") + ".";
+  hp.n_embd = f.get<std::uint64_t>(a + "embedding_length");
+  hp.n_layer = f.get<std::uint64_t>(a + "block_count");
+  hp.n_ff = f.get<std::uint64_t>(a + "feed_forward_length");
+  hp.n_head = f.get<std::uint64_t>(a + "attention.head_count");
+  hp.n_head_kv = f.get_optional<std::uint64_t>(a + "attention.head_count_kv").value_or(hp.n_head);
+  hp.n_ctx_train = f.get<std::uint64_t>(a + "context_length");
+  if (hp.norm == norm_type::rms)
+    hp.rms_eps = f.get_optional<float>(a + "attention.layer_norm_rms_epsilon").value_or(1e-5f);
+  else
+    hp.rms_eps = f.get_optional<float>(a + "attention.layer_norm_epsilon").value_or(1e-5f);
+  hp.rope_theta = f.get_optional<float>(a + "rope.freq_base").value_or(10000.0f);
+  hp.sliding_window = f.get_optional<std::uint64_t>(a + "attention.sliding_window").value_or(0);
   const auto& emb = f.tensor("token_embd.weight");
   if (emb.dims.size() != 2) throw file_error(f.path(), emb.offset, "token_embd.weight is not a matrix");
   hp.n_vocab = static_cast<std::size_t>(emb.dims[1]);
-  hp.n_rot = f.get_optional<std::uint64_t>("llama.rope.dimension_count").value_or(hp.n_head ? hp.n_embd / hp.n_head : 0);
+  hp.n_rot = f.get_optional<std::uint64_t>(a + "rope.dimension_count").value_or(hp.n_head ? hp.n_embd / hp.n_head : 0);
+  // RoPE scaling: linear interpolation divides positions by the factor;
+  // Llama 3's scaling arrives as the rope_freqs.weight tensor instead.
+  const auto scaling = f.get_optional<std::string>(a + "rope.scaling.type").value_or("none");
+  if (scaling == "linear") {
+    const float factor = f.get_optional<float>(a + "rope.scaling.factor").value_or(1.0f);
+    if (!(factor >= 1.0f)) throw file_error(f.path(), a + "rope.scaling.factor is " + std::to_string(factor) + ", expected >= 1");
+    hp.rope_freq_scale = 1.0f / factor;
+  } else if (scaling != "none") {
+    throw file_error(f.path(), a + "rope.scaling.type is '" + scaling + "'; this build supports none and linear (and Llama 3's rope_freqs)");
+  }
   hp.validate(f.path());
   return hp;
 }
+
+namespace detail {
+
+/// A vector tensor if the file has it (biases, LayerNorm shifts), else null.
+inline const float* gguf_optional_vector(const io::gguf_file& f, const std::string& name, std::size_t n) {
+  return f.find_tensor(name) ? gguf_vector(f, name, n) : nullptr;
+}
+
+/// Rows [first, first + n) of a fused matrix (attn_qkv, phi3's gate|up);
+/// the matrix must have `total` rows.
+inline weight_view gguf_rows(const io::gguf_file& f, const std::string& name, std::size_t total, std::size_t first,
+                             std::size_t n) {
+  const weight_view w = gguf_matrix(f, name);
+  if (w.rows != total)
+    throw file_error(f.path(), f.tensor(name).offset, "tensor " + name + " has " + std::to_string(w.rows) +
+                                                          " rows, expected " + std::to_string(total));
+  return w.rows_from(first, n);
+}
+
+}  // namespace detail
 
 inline llama_weights load_gguf_weights(std::shared_ptr<const io::gguf_file> file) {
   const auto& f = *file;
   llama_weights w;
   w.hparams = gguf_llama_hparams(f);
   const auto& hp = w.hparams;
+  const std::size_t d = hp.n_embd, kv = hp.kv_dim(), ff = hp.n_ff;
   w.token_embd = detail::gguf_matrix(f, "token_embd.weight");
-  w.output_norm = detail::gguf_vector(f, "output_norm.weight", hp.n_embd);
+  if (hp.positions == position_type::learned) w.position_embd = detail::gguf_matrix(f, "position_embd.weight");
+  if (f.find_tensor("rope_freqs.weight")) w.rope_freqs = detail::gguf_vector(f, "rope_freqs.weight", hp.n_rot / 2);
+  for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"})
+    if (f.find_tensor(name))
+      throw file_error(f.path(), std::string("tensor ") + name + ": LongRoPE scaling is not supported by this build");
+  w.output_norm = detail::gguf_vector(f, "output_norm.weight", d);
+  w.output_norm_b = detail::gguf_optional_vector(f, "output_norm.bias", d);
   // No output.weight means the classifier is tied to the embedding.
   w.output = f.find_tensor("output.weight") ? detail::gguf_matrix(f, "output.weight") : w.token_embd;
   w.layers.resize(hp.n_layer);
   for (std::size_t l = 0; l < hp.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     auto& L = w.layers[l];
-    L.attn_norm = detail::gguf_vector(f, b + "attn_norm.weight", hp.n_embd);
-    L.wq = detail::gguf_matrix(f, b + "attn_q.weight");
-    L.wk = detail::gguf_matrix(f, b + "attn_k.weight");
-    L.wv = detail::gguf_matrix(f, b + "attn_v.weight");
+    auto opt = [&](const std::string& name, std::size_t n) { return detail::gguf_optional_vector(f, b + name, n); };
+    L.attn_norm = detail::gguf_vector(f, b + "attn_norm.weight", d);
+    L.attn_norm_b = opt("attn_norm.bias", d);
+    if (f.find_tensor(b + "attn_qkv.weight")) {  // fused q|k|v rows (phi3, gpt2)
+      const std::string qkv = b + "attn_qkv.weight";
+      L.wq = detail::gguf_rows(f, qkv, d + 2 * kv, 0, d);
+      L.wk = detail::gguf_rows(f, qkv, d + 2 * kv, d, kv);
+      L.wv = detail::gguf_rows(f, qkv, d + 2 * kv, d + kv, kv);
+      if (const float* bias = opt("attn_qkv.bias", d + 2 * kv)) {
+        L.bq = bias;
+        L.bk = bias + d;
+        L.bv = bias + d + kv;
+      }
+    } else {
+      L.wq = detail::gguf_matrix(f, b + "attn_q.weight");
+      L.wk = detail::gguf_matrix(f, b + "attn_k.weight");
+      L.wv = detail::gguf_matrix(f, b + "attn_v.weight");
+      L.bq = opt("attn_q.bias", d);
+      L.bk = opt("attn_k.bias", kv);
+      L.bv = opt("attn_v.bias", kv);
+    }
     L.wo = detail::gguf_matrix(f, b + "attn_output.weight");
-    L.ffn_norm = detail::gguf_vector(f, b + "ffn_norm.weight", hp.n_embd);
-    L.ffn_gate = detail::gguf_matrix(f, b + "ffn_gate.weight");
-    L.ffn_up = detail::gguf_matrix(f, b + "ffn_up.weight");
+    L.bo = opt("attn_output.bias", d);
+    L.ffn_norm = detail::gguf_vector(f, b + "ffn_norm.weight", d);
+    L.ffn_norm_b = opt("ffn_norm.bias", d);
+    if (hp.ffn == ffn_type::swiglu && !f.find_tensor(b + "ffn_gate.weight")) {  // phi3: ffn_up holds gate|up
+      L.ffn_gate = detail::gguf_rows(f, b + "ffn_up.weight", 2 * ff, 0, ff);
+      L.ffn_up = detail::gguf_rows(f, b + "ffn_up.weight", 2 * ff, ff, ff);
+    } else {
+      if (hp.ffn == ffn_type::swiglu) L.ffn_gate = detail::gguf_matrix(f, b + "ffn_gate.weight");
+      L.ffn_up = detail::gguf_matrix(f, b + "ffn_up.weight");
+      L.ffn_up_b = opt("ffn_up.bias", ff);
+    }
     L.ffn_down = detail::gguf_matrix(f, b + "ffn_down.weight");
+    L.ffn_down_b = opt("ffn_down.bias", d);
   }
   w.owner = std::move(file);
   w.source = f.path();

@@ -1,4 +1,5 @@
-// kestrel/model/weights.hpp: views of a llama-family model's weights.
+// kestrel/model/weights.hpp: views of a decoder's weights (every
+// architecture of model/config.hpp; a part an architecture lacks is null).
 //
 // The views point into a file mapping (zero copy); `owner` keeps that
 // mapping alive for as long as any copy of the weights exists.
@@ -16,21 +17,32 @@ namespace kestrel {
 
 struct llama_layer_weights {
   const float* attn_norm = nullptr;  // (n_embd)
-  weight_view wq;                    // (n_embd, n_embd)
+  const float* attn_norm_b = nullptr;  // (n_embd) LayerNorm bias
+  weight_view wq;                    // (n_embd, n_embd)   a fused qkv tensor is viewed as three
   weight_view wk;                    // (kv_dim, n_embd)
   weight_view wv;                    // (kv_dim, n_embd)
   weight_view wo;                    // (n_embd, n_embd)
+  const float* bq = nullptr;         // (n_embd)  projection biases (qwen2: q, k, v; gpt2: all four)
+  const float* bk = nullptr;         // (kv_dim)
+  const float* bv = nullptr;         // (kv_dim)
+  const float* bo = nullptr;         // (n_embd)
   const float* ffn_norm = nullptr;   // (n_embd)
-  weight_view ffn_gate;              // (n_ff, n_embd)   w1 in llama2.c
+  const float* ffn_norm_b = nullptr; // (n_embd)
+  weight_view ffn_gate;              // (n_ff, n_embd)   w1 in llama2.c; absent for a GELU MLP
   weight_view ffn_up;                // (n_ff, n_embd)   w3
   weight_view ffn_down;              // (n_embd, n_ff)   w2
+  const float* ffn_up_b = nullptr;   // (n_ff)
+  const float* ffn_down_b = nullptr; // (n_embd)
 };
 
 struct llama_weights {
   llama_hparams hparams;
   weight_view token_embd;            // (n_vocab, n_embd)
+  weight_view position_embd;         // (n_ctx_train, n_embd), learned positions only
+  const float* rope_freqs = nullptr; // (n_rot / 2) frequency divisors (Llama 3 rope scaling), or none
   std::vector<llama_layer_weights> layers;
   const float* output_norm = nullptr;  // (n_embd)
+  const float* output_norm_b = nullptr;  // (n_embd) LayerNorm bias
   weight_view output;                // (n_vocab, n_embd); the same memory as token_embd when tied
   std::shared_ptr<const void> owner;  // keeps the file mapping alive
   std::string source = "<memory>";    // the file the weights came from, for error messages
@@ -51,6 +63,7 @@ struct llama_weights {
     check(token_embd, hp.n_vocab, hp.n_embd, "token_embd");
     check(output, hp.n_vocab, hp.n_embd, "output");
     need(output_norm, "output_norm");
+    if (hp.positions == position_type::learned) check(position_embd, hp.n_ctx_train, hp.n_embd, "position_embd");
     if (layers.size() != hp.n_layer)
       throw invalid_argument(source + ": " + std::to_string(layers.size()) + " layers, expected " + std::to_string(hp.n_layer));
     for (std::size_t l = 0; l < layers.size(); ++l) {
@@ -62,7 +75,7 @@ struct llama_weights {
       check(L.wk, hp.kv_dim(), hp.n_embd, b + "attn_k");
       check(L.wv, hp.kv_dim(), hp.n_embd, b + "attn_v");
       check(L.wo, hp.n_embd, hp.n_embd, b + "attn_output");
-      check(L.ffn_gate, hp.n_ff, hp.n_embd, b + "ffn_gate");
+      if (hp.ffn == ffn_type::swiglu) check(L.ffn_gate, hp.n_ff, hp.n_embd, b + "ffn_gate");
       check(L.ffn_up, hp.n_ff, hp.n_embd, b + "ffn_up");
       check(L.ffn_down, hp.n_embd, hp.n_ff, b + "ffn_down");
     }
