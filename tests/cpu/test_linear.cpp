@@ -1,5 +1,7 @@
 // tests/cpu/test_linear.cpp: matvec and matmul against their scalar twins,
-// for f32, f16 and bf16 weights, with and without a thread pool.
+// for f32, f16 and bf16 weights, with and without a thread pool, and for
+// k-quant weights (q2_K .. q6_K) through quantized_linear (its own tolerance
+// below).
 //
 // Tolerance: the weights convert exactly to f32 in both kernels, so each
 // output is a dot product of length cols computed in two summation orders;
@@ -7,6 +9,7 @@
 // most 2 gamma_cols sum_c |x_c w_rc|.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -16,6 +19,7 @@
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/ref/linear.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/quant/kquants.hpp"
 
 namespace cpu = kestrel::cpu;
 namespace ref = kestrel::cpu::ref;
@@ -109,4 +113,104 @@ TEST_CASE("cpu: matmul with zero columns gives zeros") {
   std::vector<float> y(3 * 5, 7.0f);
   cpu::matmul(w.view, nullptr, 3, y.data(), nullptr);
   for (float v : y) CHECK(v == 0.0f);
+}
+
+// ---- k-quant weights: quantized_linear's SIMD dots vs the scalar twins ----
+//
+// Both paths quantize x to q8_K with the same function, so they see the same
+// integers; each output is one k-quant dot of nb = cols / 256 blocks. The
+// dot's tests (tests/quant/test_kquants_simd.cpp) derive |simd - exact| <=
+// gamma_{3nb+5} T and |twin - exact| <= gamma_{nb+20} T, T = sum_i
+// (|scale_i q_i| + |min_i|) |d8 a_i| over the row's unpacked weights and
+// quantized activations; the tolerance here is the sum of the two.
+
+namespace {
+
+namespace q = kestrel::quant;
+
+/// rows x cols random values in [-1, 1] quantized to block type B.
+template <class B>
+struct kquant_weight {
+  std::vector<B> blocks;  // (rows, cols / 256)
+  kestrel::weight_view view;
+  kquant_weight(dtype t, std::size_t rows, std::size_t cols, std::uint32_t seed) : blocks(rows * cols / q::qk_k) {
+    const auto x = random_floats(rows * cols, seed);
+    q::quantize_row(x.data(), blocks.data(), rows * cols);  // rows are whole blocks: one call does all
+    view.type = t;
+    view.data = blocks.data();
+    view.rows = rows;
+    view.cols = cols;
+  }
+};
+
+template <class B>
+std::vector<double> kquant_tol(const kquant_weight<B>& w, const std::vector<float>& x, std::size_t n_tokens) {
+  const std::size_t rows = w.view.rows, cols = w.view.cols, nb = cols / q::qk_k;
+  std::vector<q::block_q8_K> a(n_tokens * nb);
+  for (std::size_t t = 0; t < n_tokens; ++t) q::quantize_row(x.data() + t * cols, a.data() + t * nb, cols);
+  const double g = gamma_n(3 * nb + 5) + gamma_n(nb + 20);
+  std::vector<double> tol(n_tokens * rows);
+  q::unpacked up;
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t b = 0; b < nb; ++b) {
+      q::unpack(w.blocks[r * nb + b], up);
+      for (std::size_t t = 0; t < n_tokens; ++t) {
+        const q::block_q8_K& ab = a[t * nb + b];
+        double s = 0;
+        for (std::size_t i = 0; i < q::qk_k; ++i)
+          s += (std::fabs(double(up.scale[i / 16]) * up.q[i]) + std::fabs(double(up.min[i / 16]))) *
+               std::fabs(double(ab.d) * ab.qs[i]);
+        tol[t * rows + r] += g * s;
+      }
+    }
+  return tol;
+}
+
+template <class B>
+void check_kquant_linear(dtype type) {
+  cpu::thread_pool pool2(2), pool3(3);
+  struct shape { std::size_t rows, cols; };
+  const shape shapes[] = {{1, 256}, {5, 512}, {17, 1024}, {64, 2048}, {33, 4096}};
+  for (auto [rows, cols] : shapes)
+    for (std::size_t n_tokens : {1, 2, 3, 8}) {
+      const auto seed = static_cast<std::uint32_t>(rows * 31 + cols + n_tokens);
+      kquant_weight<B> w(type, rows, cols, seed);
+      const auto x = random_floats(n_tokens * cols, seed + 7);
+      const std::size_t n = n_tokens * rows;
+      std::vector<float> want(n), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
+      ref::matmul(w.view, x.data(), n_tokens, want.data(), nullptr);
+      cpu::matmul(w.view, x.data(), n_tokens, got.data(), nullptr);
+      cpu::matmul(w.view, x.data(), n_tokens, got2.data(), &pool2);
+      cpu::matmul(w.view, x.data(), n_tokens, got3.data(), &pool3);
+      INFO(kestrel::name_of(type) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
+      kestrel::test::check_within(got.data(), want.data(), kquant_tol(w, x, n_tokens), n);
+      // Threads split rows, never a row's sum: bit-identical to one thread.
+      CHECK(got2 == got);
+      CHECK(got3 == got);
+      if (n_tokens == 1) {
+        std::vector<float> mv(rows, -1.0f), mv_ref(rows, -1.0f), mv3(rows, -1.0f);
+        ref::matvec(w.view, x.data(), mv_ref.data(), nullptr);
+        cpu::matvec(w.view, x.data(), mv.data(), nullptr);
+        cpu::matvec(w.view, x.data(), mv3.data(), &pool3);
+        CHECK(mv_ref == want);
+        CHECK(mv == got);
+        CHECK(mv3 == got);
+      }
+      // A token's outputs do not depend on the other tokens in the call.
+      if (n_tokens > 1) {
+        std::vector<float> last(rows, -1.0f);
+        cpu::matvec(w.view, x.data() + (n_tokens - 1) * cols, last.data(), nullptr);
+        CHECK(std::equal(last.begin(), last.end(), got.begin() + (n_tokens - 1) * rows));
+      }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("cpu: k-quant matvec / matmul == scalar twins") {
+  check_kquant_linear<q::block_q2_K>(dtype::q2_k);
+  check_kquant_linear<q::block_q3_K>(dtype::q3_k);
+  check_kquant_linear<q::block_q4_K>(dtype::q4_k);
+  check_kquant_linear<q::block_q5_K>(dtype::q5_k);
+  check_kquant_linear<q::block_q6_K>(dtype::q6_k);
 }

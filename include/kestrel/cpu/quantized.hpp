@@ -7,8 +7,10 @@
 // Prefill uses the same arithmetic, one weight row at a time against every
 // token, so each row is read once per call and decode after prefill gives
 // what a longer prefill gives (the KV-cache invariant holds as tightly as
-// for float weights). The fast and reference paths differ only in the
-// legacy dot (SIMD vs quant::ref::dot); the k-quant dot is scalar in both.
+// for float weights). The fast and reference paths differ only in the dot:
+// the SIMD kernels (quant::dot for the legacy types, quant::vec_dot for the
+// k-quants) against their scalar twins (quant::ref::dot, quant::ref::vec_dot),
+// which agree to within the float rounding bounds their tests derive.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +23,7 @@
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
+#include "kestrel/quant/ref/kquants.hpp"
 #include "kestrel/quant/ref/legacy.hpp"
 
 namespace kestrel::cpu {
@@ -55,8 +58,7 @@ template <> struct activation_block<quant::block_q8_0> { using type = quant::blo
 template <class B, class A>
 float block_dot(const B* w, const A* a, std::size_t n, bool reference) {
   if constexpr (std::is_same_v<A, quant::block_q8_K>) {
-    (void)reference;
-    return quant::vec_dot(w, a, n);
+    return reference ? quant::ref::vec_dot(w, a, n) : quant::vec_dot(w, a, n);
   } else {
     return reference ? quant::ref::dot(w, a, n) : quant::dot(w, a, n);
   }

@@ -1,0 +1,206 @@
+// tests/quant/test_kquants_simd.cpp: the SIMD k-quant dots (quant::vec_dot,
+// every instruction-set kernel the build can run) against their scalar twin
+// quant::ref::vec_dot and against the exact value, on random blocks with
+// random and extreme codes and scales, rows of 256 .. 4096 values.
+//
+// Tolerance, derived (u = 2^-24, gamma_k = k u / (1 - k u)): both dots
+// compute the same integers exactly (isum_g = sum over a sub-block of
+// q_i a_i, bsum_g) and round only in float afterwards. The exact value is
+//   X = sum_b d8_b sum_g (d_b sc_g isum_g - dmin_b m_g bsum_g),
+// and d_b sc_g, dmin_b m_g are exact in float (an 11-bit f16 significand
+// times an integer below 2^8), as the twin computes them. Let T = sum_b
+// |d8_b| sum_i (|d_b sc_g q_i| + |dmin_b m_g|) |a_i| (>= the sum of the
+// magnitudes of every term above). Every rounding is relative to a partial
+// sum of terms, so with k roundings on any term's path the error is at most
+// gamma_k T (Higham 3.1):
+// - twin: scale * isum (1), min * bsum (1), their difference (1), the
+//   running sum over 16 sub-blocks (16), d8 * s (1), the running sum over
+//   nb blocks (nb): k = nb + 20;
+// - SIMD: int32 lane to float (1), d * d8 (1), the lane's FMA chain, two
+//   per block (2 nb, one more per block without FMA: 3 nb), the final
+//   8-lane sum (3): k = 3 nb + 5.
+// So |simd - X| <= gamma_{3nb+5} T, |ref - X| <= gamma_{nb+20} T and
+// |simd - ref| <= (gamma_{3nb+5} + gamma_{nb+20}) T. X is computed in
+// double from the exact integers; its own error (a few 2^-53 T) is far
+// below these bounds.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/helpers.hpp"
+#include "kestrel/quant/kquants.hpp"
+
+namespace q = kestrel::quant;
+using kestrel::f16;
+using kestrel::test::gamma_n;
+
+namespace {
+
+/// A random finite f16 in +-[2^-24, 2]: subnormals, normals, zero rarely.
+f16 random_f16(std::mt19937& rng) {
+  const int e = std::uniform_int_distribution<int>(-26, 1)(rng);
+  if (e == -26) return kestrel::to_f16(0.0f);
+  const float m = std::uniform_real_distribution<float>(1.0f, 2.0f)(rng);
+  return kestrel::to_f16((rng() & 1 ? -1.0f : 1.0f) * std::ldexp(m, e));
+}
+
+/// nb weight blocks: every byte random, or (one block in three) all bytes
+/// one value from a list of extremes: 0x00 and 0xff give the smallest and
+/// largest codes, scales and mins of every type, 0x80 q6_K's scale -128;
+/// then the f16 super-scales set to random finite values.
+template <class B>
+std::vector<B> random_blocks(std::size_t nb, std::mt19937& rng) {
+  static constexpr std::uint8_t extremes[] = {0x00, 0xff, 0x80, 0x7f, 0x55, 0xaa};
+  std::vector<B> v(nb);
+  for (auto& b : v) {
+    auto* p = reinterpret_cast<std::uint8_t*>(&b);
+    const unsigned pick = rng() % 18;
+    for (std::size_t i = 0; i < sizeof(B); ++i) p[i] = pick < 6 ? extremes[pick] : static_cast<std::uint8_t>(rng());
+    b.d = random_f16(rng);
+    if constexpr (requires { b.dmin; }) b.dmin = random_f16(rng);
+  }
+  return v;
+}
+
+/// nb q8_K blocks: codes random in [-128, 127] or all one extreme (127,
+/// -128, -127), d in +-[2^-10, 4], bsums filled to match.
+std::vector<q::block_q8_K> random_activations(std::size_t nb, std::mt19937& rng) {
+  std::vector<q::block_q8_K> v(nb);
+  for (auto& b : v) {
+    const unsigned pick = rng() % 6;
+    for (auto& x : b.qs)
+      x = static_cast<std::int8_t>(pick == 0 ? 127 : pick == 1 ? -128 : pick == 2 ? -127 : static_cast<int>(rng() % 256) - 128);
+    for (int g = 0; g < 16; ++g) {
+      int s = 0;
+      for (int i = 16 * g; i < 16 * g + 16; ++i) s += b.qs[i];
+      b.bsums[g] = static_cast<std::int16_t>(s);
+    }
+    const float m = std::uniform_real_distribution<float>(1.0f, 2.0f)(rng);
+    b.d = (rng() & 1 ? -1.0f : 1.0f) * std::ldexp(m, std::uniform_int_distribution<int>(-10, 1)(rng));
+  }
+  return v;
+}
+
+struct exact_dot {
+  double value = 0;      // X
+  double magnitude = 0;  // T
+};
+
+template <class B>
+exact_dot exact(const B* w, const q::block_q8_K* a, std::size_t nb) {
+  exact_dot r;
+  q::unpacked up;
+  for (std::size_t b = 0; b < nb; ++b) {
+    q::unpack(w[b], up);
+    for (int g = 0; g < 16; ++g) {
+      std::int64_t isum = 0;
+      double mag = 0;
+      for (int i = 16 * g; i < 16 * g + 16; ++i) {
+        isum += std::int64_t(up.q[i]) * a[b].qs[i];
+        mag += (std::fabs(double(up.scale[g]) * up.q[i]) + std::fabs(double(up.min[g]))) * std::abs(int(a[b].qs[i]));
+      }
+      r.value += double(a[b].d) * (double(up.scale[g]) * double(isum) - double(up.min[g]) * a[b].bsums[g]);
+      r.magnitude += std::fabs(double(a[b].d)) * mag;
+    }
+  }
+  return r;
+}
+
+template <class B>
+void check_type(const char* name, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::size_t n_checked = 0;
+  for (std::size_t n : {256, 512, 768, 1280, 2048, 4096}) {
+    for (int rep = 0; rep < 20; ++rep) {
+      const std::size_t nb = n / q::qk_k;
+      const auto w = random_blocks<B>(nb, rng);
+      const auto a = random_activations(nb, rng);
+      const exact_dot x = exact(w.data(), a.data(), nb);
+      const double k_ref = double(nb) + 20, k_simd = 3.0 * double(nb) + 5;
+      const float want = q::ref::vec_dot(w.data(), a.data(), n);
+      INFO(name << " n " << n << " rep " << rep << ": exact " << x.value << ", T " << x.magnitude << ", ref " << want);
+      REQUIRE(std::fabs(want - x.value) <= gamma_n(k_ref) * x.magnitude);
+      auto check = [&](const char* isa, float got) {
+        INFO(isa << ": " << got);
+        REQUIRE(std::fabs(got - x.value) <= gamma_n(k_simd) * x.magnitude);
+        REQUIRE(std::fabs(double(got) - want) <= (gamma_n(k_simd) + gamma_n(k_ref)) * x.magnitude);
+      };
+      check("vec_dot", q::vec_dot(w.data(), a.data(), n));
+#if defined(__AVX2__)
+      check("avx2", q::detail::kq::dot<q::detail::kq::avx2>(w.data(), a.data(), nb));
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+      check("avx512_vnni", q::detail::kq::dot<q::detail::kq::avx512_vnni>(w.data(), a.data(), nb));
+#endif
+#endif
+      ++n_checked;
+    }
+  }
+  CHECK(n_checked == 120);
+}
+
+}  // namespace
+
+TEST_CASE("kquants simd: every kernel == scalar twin, random and extreme blocks") {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  MESSAGE("kernels: avx2, avx512_vnni");
+#elif defined(__AVX2__)
+  MESSAGE("kernels: avx2");
+#else
+  MESSAGE("kernels: none compiled in, vec_dot is the scalar twin");
+#endif
+  check_type<q::block_q2_K>("q2_K", 101);
+  check_type<q::block_q3_K>("q3_K", 102);
+  check_type<q::block_q4_K>("q4_K", 103);
+  check_type<q::block_q5_K>("q5_K", 104);
+  check_type<q::block_q6_K>("q6_K", 105);
+}
+
+TEST_CASE("kquants simd: the largest integer sums (no int16 saturation, no int32 overflow)") {
+  // Every code at its smallest or largest, every scale (and min) byte at an
+  // extreme, activations all -128 or 127: the bounds in kquants.hpp's header
+  // at or near equality (q6_K: codes 63 or 0 with scale -128).
+  auto run = [&]<class B>(const char* name, std::uint8_t fill, std::uint8_t scale_fill, std::int8_t act) {
+    std::vector<B> w(16);
+    for (auto& b : w) {
+      std::memset(&b, fill, sizeof b);
+      std::memset(b.scales, scale_fill, sizeof b.scales);
+      b.d = kestrel::to_f16(1.0f);
+      if constexpr (requires { b.dmin; }) b.dmin = kestrel::to_f16(0.5f);
+    }
+    std::vector<q::block_q8_K> a(16);
+    for (auto& b : a) {
+      std::memset(b.qs, static_cast<std::uint8_t>(act), sizeof b.qs);
+      for (auto& s : b.bsums) s = static_cast<std::int16_t>(16 * act);
+      b.d = 1.0f;
+    }
+    const std::size_t n = 16 * q::qk_k;
+    const exact_dot x = exact(w.data(), a.data(), 16);
+    const float got = q::vec_dot(w.data(), a.data(), n), want = q::ref::vec_dot(w.data(), a.data(), n);
+    INFO(name << " fill " << int(fill) << " scales " << int(scale_fill) << " act " << int(act) << ": exact " << x.value
+              << " simd " << got << " ref " << want);
+    CHECK(std::fabs(got - x.value) <= gamma_n(3 * 16 + 5) * x.magnitude);
+    CHECK(std::fabs(want - x.value) <= gamma_n(16 + 20) * x.magnitude);
+  };
+  for (std::uint8_t fill : {0x00, 0xff})
+    for (std::uint8_t scale_fill : {0x00, 0xff, 0x80, 0x7f})
+      for (std::int8_t act : {-128, 127}) {
+        run.operator()<q::block_q2_K>("q2_K", fill, scale_fill, act);
+        run.operator()<q::block_q3_K>("q3_K", fill, scale_fill, act);
+        run.operator()<q::block_q4_K>("q4_K", fill, scale_fill, act);
+        run.operator()<q::block_q5_K>("q5_K", fill, scale_fill, act);
+        run.operator()<q::block_q6_K>("q6_K", fill, scale_fill, act);
+      }
+}
+
+TEST_CASE("kquants simd: n = 0 and n not a multiple of 256") {
+  std::vector<q::block_q6_K> w(2);
+  std::vector<q::block_q8_K> a(2);
+  CHECK(q::vec_dot(w.data(), a.data(), 0) == 0.0f);
+  CHECK_THROWS_AS((void)q::vec_dot(w.data(), a.data(), 300), kestrel::invalid_argument);
+  CHECK_THROWS_AS((void)q::ref::vec_dot(w.data(), a.data(), 300), kestrel::invalid_argument);
+}
