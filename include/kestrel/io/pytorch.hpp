@@ -815,15 +815,19 @@ inline void pytorch_checkpoint::add_tensor(const std::string& name, const detail
   info.storage_offset = t.storage_offset;
   info.storage_numel = st.numel;
 
-  // Element count, with overflow checks; a zero dimension makes it 0.
+  // Element count, saturating, with overflow checks; a zero dimension makes it 0.
   constexpr auto max = std::numeric_limits<std::size_t>::max();
   std::size_t n = 1;
-  bool overflow = false;
+  bool overflow = false, empty = false;
   for (auto d : t.shape) {
-    if (d != 0 && n > max / d) overflow = true;
-    n *= d;
+    if (d == 0) empty = true;
+    else if (n > max / d) overflow = true;
+    else n *= d;
   }
-  if (n == 0) overflow = false;
+  if (empty) {
+    overflow = false;
+    n = 0;
+  }
   if (overflow || n > max / es) m.fail(t.at, who + " shape " + detail::shape_string(t.shape) + " overflows");
 
   // Row-major contiguity: the last stride is 1 and each outer one spans the

@@ -243,20 +243,25 @@ inline void safetensors_file::parse_tensor(const std::string& name, const json_v
 
   if (!shape_v->is_array())
     fail(at(*shape_v), who + " shape is " + json_value::name_of(shape_v->type()) + ", expected an array");
+  // The element count, saturating; a zero dimension makes it 0 whatever the others are.
+  constexpr auto u64_max = std::numeric_limits<std::uint64_t>::max();
   std::uint64_t n_elements = 1;
-  bool overflow = false;
+  bool overflow = false, empty = false;
   for (std::size_t d = 0; d < shape_v->size(); ++d) {
     const auto& dv = shape_v->as_array()[d];
     const auto dim = to_u64(dv, who + " dimension " + std::to_string(d));
     if (dim > std::numeric_limits<std::size_t>::max()) fail(at(dv), who + " dimension " + std::to_string(d) + " is too large");
-    if (dim != 0 && n_elements > std::numeric_limits<std::uint64_t>::max() / dim) overflow = true;
-    n_elements *= dim;
+    if (dim == 0) empty = true;
+    else if (n_elements > u64_max / dim) overflow = true;
+    else n_elements *= dim;
     t.shape.push_back(static_cast<std::size_t>(dim));
   }
-  // With a zero dimension the product is 0 whatever came before.
-  if (n_elements == 0) overflow = false;
+  if (empty) {
+    overflow = false;
+    n_elements = 0;
+  }
   const std::uint64_t es = size_of(t.element);
-  if (overflow || n_elements > std::numeric_limits<std::uint64_t>::max() / es)
+  if (overflow || n_elements > u64_max / es)
     fail(at(*shape_v), who + " shape " + detail::shape_string(t.shape) + " has more bytes than 2^64");
   const std::uint64_t want = n_elements * es;
 

@@ -147,7 +147,10 @@ namespace detail {
 /// "(2, 3, 4)"; "()" for a scalar.
 inline std::string shape_string(const std::vector<std::size_t>& shape) {
   std::string s = "(";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  for (std::size_t i = 0; i < shape.size(); ++i) {
+    if (i) s += ", ";
+    s += std::to_string(shape[i]);
+  }
   return s + ")";
 }
 
