@@ -53,6 +53,19 @@ inline std::optional<std::filesystem::path> fixture(std::string_view rel) {
   return std::nullopt;
 }
 
+/// The folder `rel` beside the test source `file` (pass __FILE__): data
+/// committed with the tests. __FILE__ is absolute, or relative to the build
+/// directory, which is two levels above the test binary (build/tests/).
+inline std::filesystem::path source_data_dir(const char* file, std::string_view rel = "data") {
+  namespace fs = std::filesystem;
+  const auto p = fs::path(file).parent_path() / rel;
+  if (p.is_absolute() || fs::exists(p)) return p;
+  std::error_code ec;
+  const auto exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec && fs::exists(exe.parent_path().parent_path() / p)) return exe.parent_path().parent_path() / p;
+  return p;
+}
+
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream f(p, std::ios::binary);
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};

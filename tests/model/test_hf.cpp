@@ -1,0 +1,119 @@
+// tests/model/test_hf.cpp: every architecture against an independent
+// reference. tests/model/data/hf/<arch>/ holds tiny random models saved by
+// Hugging Face transformers (config.json + safetensors) and the logits
+// transformers computes for three token sequences (made by
+// tools/gen_hf_reference.py; see data/hf/README.md). kestrel loads the
+// directory (model/hf.hpp) and must reproduce every row, by prefill and by
+// decode after a one-token prefill, with the fast and the scalar backends.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "fixtures.hpp"
+#include "json.hpp"
+#include "kestrel/model/hf.hpp"
+#include "kestrel/model/llama.hpp"
+
+using namespace kestrel;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path hf_dir(const std::string& name) { return test::source_data_dir(__FILE__, "data/hf") / name; }
+
+struct reference {
+  std::vector<std::vector<token_id>> tokens;
+  std::vector<std::vector<float>> logits;  // per sequence: (n, n_vocab)
+  double max_abs = 0;
+};
+
+reference read_reference(const fs::path& dir) {
+  const auto j = io::read_json_file(dir / "logits.json");
+  reference r;
+  r.max_abs = j.at("max_abs_logit").as_number();
+  for (const auto& s : j.at("sequences").as_array()) {
+    r.tokens.push_back(test::json_ids(s.at("tokens")));
+    auto& out = r.logits.emplace_back();
+    for (const auto& row : s.at("logits").as_array())
+      for (const auto& v : row.as_array()) out.push_back(static_cast<float>(v.as_number()));
+  }
+  return r;
+}
+
+// Tolerance, absolute, on logits of magnitude <= max_abs (4.3..5.6 here).
+// The reference is float32 PyTorch printed to 6 significant digits (<= 5e-7
+// relative). Both sides evaluate the same formulas in float32, in different
+// orders. Rounding errors of a k-term sum grow like sqrt(k) u (the
+// probabilistic bound; the worst case k u is ~16x looser and would hide
+// real bugs such as a wrong epsilon); four such stages of k <= 256 (two
+// layers' attention and FFN, then the classifier) give 4 sqrt(256) = 64 u of
+// the logit scale per implementation, 128 u for the two. Measured: <= 1.1e-5
+// on every architecture, under half this bound.
+double tolerance(const reference& r) { return (5e-7 + 128 * 5.96e-8) * r.max_abs; }
+
+template <class Backend>
+void check_arch(const std::string& name) {
+  const auto dir = hf_dir(name);
+  REQUIRE_MESSAGE(fs::exists(dir / "config.json"), "missing test data " << dir);
+  const reference ref = read_reference(dir);
+  llama_model<dynamic_llama_config, Backend> m(load_hf_weights(dir), 0, Backend(2));
+  const std::size_t V = m.n_vocab();
+  const double tol = tolerance(ref);
+  for (std::size_t s = 0; s < ref.tokens.size(); ++s) {
+    const auto& toks = ref.tokens[s];
+    const auto& want = ref.logits[s];
+    INFO(name << " sequence " << s << " (" << toks.size() << " tokens)");
+    m.reset();
+    const auto all = m.prefill_all_logits(toks);
+    REQUIRE(all.size() == want.size());
+    double worst = 0;
+    for (std::size_t i = 0; i < all.size(); ++i) worst = std::max(worst, std::fabs(double(all[i]) - want[i]));
+    CHECK_MESSAGE(worst <= tol, "prefill: max |logit - reference| " << worst << " > " << tol);
+    // Decode after a one-token prefill: the KV-cache path, window included.
+    m.reset();
+    auto row = m.prefill(std::span(toks).first(1));
+    double worst_decode = 0;
+    for (std::size_t t = 0; t < toks.size(); ++t) {
+      if (t) row = m.decode(toks[t]);
+      for (std::size_t v = 0; v < V; ++v)
+        worst_decode = std::max(worst_decode, std::fabs(double(row[v]) - want[t * V + v]));
+    }
+    CHECK_MESSAGE(worst_decode <= tol, "decode: max |logit - reference| " << worst_decode << " > " << tol);
+    MESSAGE(name << " seq " << s << ": max error prefill " << worst << ", decode " << worst_decode);
+  }
+}
+
+}  // namespace
+
+TEST_CASE("hf: every architecture matches transformers' logits (fast backend)") {
+  for (const char* name : {"llama", "llama-sharded", "llama-bf16", "llama3", "mistral", "qwen2", "gpt2", "phi3"}) {
+    SUBCASE(name) { check_arch<cpu_backend>(name); }
+  }
+}
+
+TEST_CASE("hf: every architecture matches transformers' logits (scalar twins)") {
+  for (const char* name : {"llama", "llama3", "mistral", "qwen2", "gpt2", "phi3"}) {
+    SUBCASE(name) { check_arch<cpu_ref_backend>(name); }
+  }
+}
+
+TEST_CASE("hf: the parts each architecture is made of") {
+  auto hp = [](const char* name) { return load_hf_weights(hf_dir(name)).hparams; };
+  CHECK(hp("llama").arch == model_arch::llama);
+  CHECK(hp("mistral").sliding_window == 8);
+  CHECK(hp("qwen2").sliding_window == 0);  // use_sliding_window false
+  CHECK(hp("gpt2").norm == norm_type::layer);
+  CHECK(hp("gpt2").ffn == ffn_type::gelu);
+  CHECK(hp("gpt2").positions == position_type::learned);
+  CHECK(hp("phi3").arch == model_arch::phi3);
+  CHECK(hp("llama3").rope_theta == 500000.0f);
+  // Llama 3's divisors, as the README derives them: [1, 2.44226, 8, ...].
+  const auto w = load_hf_weights(hf_dir("llama3"));
+  REQUIRE(w.rope_freqs);
+  CHECK(w.rope_freqs[0] == doctest::Approx(1.0));
+  CHECK(w.rope_freqs[1] == doctest::Approx(2.44226).epsilon(1e-5));
+  for (std::size_t i = 2; i < 8; ++i) CHECK(w.rope_freqs[i] == doctest::Approx(8.0));
+}
