@@ -120,7 +120,7 @@ TEST_CASE("cpu: matmul with zero columns gives zeros") {
 // Both paths quantize x to q8_K with the same function, so they see the same
 // integers; each output is one k-quant dot of nb = cols / 256 blocks. The
 // dot's tests (tests/quant/test_kquants_simd.cpp) derive |simd - exact| <=
-// gamma_{3nb+5} T and |twin - exact| <= gamma_{nb+20} T, T = sum_i
+// gamma_{2nb+6} T and |twin - exact| <= gamma_{nb+20} T, T = sum_i
 // (|scale_i q_i| + |min_i|) |d8 a_i| over the row's unpacked weights and
 // quantized activations; the tolerance here is the sum of the two.
 
@@ -148,7 +148,7 @@ std::vector<double> kquant_tol(const kquant_weight<B>& w, const std::vector<floa
   const std::size_t rows = w.view.rows, cols = w.view.cols, nb = cols / q::qk_k;
   std::vector<q::block_q8_K> a(n_tokens * nb);
   for (std::size_t t = 0; t < n_tokens; ++t) q::quantize_row(x.data() + t * cols, a.data() + t * nb, cols);
-  const double g = gamma_n(3 * nb + 5) + gamma_n(nb + 20);
+  const double g = gamma_n(2 * nb + 6) + gamma_n(nb + 20);
   std::vector<double> tol(n_tokens * rows);
   q::unpacked up;
   for (std::size_t r = 0; r < rows; ++r)

@@ -20,8 +20,10 @@
 // Per 32 values: vpmaddubsw (u8 x s8, adjacent pairs summed into int16)
 // then the per-sub-block scale applied by an int16 x int16 multiply-add
 // into int32 lanes (vpdpwssd with AVX-512 VNNI, else vpmaddwd + vpaddd).
-// The integer sum of a whole super-block is exact; it meets the float
-// scales once per block (one convert, one FMA into 8 float lanes).
+// The integer sum of a whole super-block is exact (two int32 accumulators,
+// so consecutive multiply-adds do not wait on each other); it meets the
+// float scales once per block: one convert and one FMA into 8 float lanes,
+// and the same for the min term into a second set of lanes.
 //
 // Why not vpdpbusd: it sums 4 products into int32 directly, but the
 // sub-block scale then needs a 32-bit multiply per lane; vpmaddubsw +
@@ -180,7 +182,7 @@ inline __m128i scales_k3(const std::uint8_t* s) noexcept {
 
 template <class Isa>
 inline float dot_q2_K(const block_q2_K* w, const block_q8_K* a, std::size_t nb) noexcept {
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
   for (std::size_t bi = 0; bi < nb; ++bi) {
     const block_q2_K& b = w[bi];
     const block_q8_K& q8 = a[bi];
@@ -188,21 +190,21 @@ inline float dot_q2_K(const block_q2_K* w, const block_q8_K* a, std::size_t nb) 
     const __m128i lo4 = _mm_set1_epi8(0x0f);
     const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, lo4));
     const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), lo4));
-    __m256i isum = _mm256_setzero_si256();
+    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int h = 0; h < 2; ++h) {
       const __m256i qs = load256(b.qs + 32 * h);
       const __m256i sh = half_scales(sc16, h);
       for (int j = 0; j < 4; ++j) {
         const __m256i v = move_bits(qs, 2 * j, 0, 2);
         const __m256i p = _mm256_maddubs_epi16(v, load256(q8.qs + 128 * h + 32 * j));
-        isum = madd_acc<Isa>(isum, p, pair_scales(sh, j));
+        isum[j % 2] = madd_acc<Isa>(isum[j % 2], p, pair_scales(sh, j));
       }
     }
     const __m256i mins = _mm256_madd_epi16(mn16, load256(q8.bsums));  // |.| <= 2 * 15 * 2048
-    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(isum), acc);
-    acc = fmadd(_mm256_set1_ps(-h2f(b.dmin) * q8.d), _mm256_cvtepi32_ps(mins), acc);
+    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(_mm256_add_epi32(isum[0], isum[1])), acc);
+    acc_min = fmadd(_mm256_set1_ps(-h2f(b.dmin) * q8.d), _mm256_cvtepi32_ps(mins), acc_min);
   }
-  return hsum(acc);
+  return hsum(_mm256_add_ps(acc, acc_min));
 }
 
 template <class Isa>
@@ -213,7 +215,7 @@ inline float dot_q3_K(const block_q3_K* w, const block_q8_K* a, std::size_t nb) 
     const block_q8_K& q8 = a[bi];
     const __m256i sc16 = _mm256_cvtepi8_epi16(scales_k3(b.scales));
     const __m256i hm = load256(b.hmask);
-    __m256i isum = _mm256_setzero_si256();
+    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int h = 0; h < 2; ++h) {
       const __m256i qs = load256(b.qs + 32 * h);
       const __m256i sh = half_scales(sc16, h);
@@ -221,12 +223,12 @@ inline float dot_q3_K(const block_q3_K* w, const block_q8_K* a, std::size_t nb) 
         // v = low two bits | third bit << 2, in [0, 7]; the code is v - 4
         const __m256i v = _mm256_or_si256(move_bits(qs, 2 * j, 0, 2), move_bits(hm, 4 * h + j, 2, 1));
         const __m256i p = _mm256_maddubs_epi16(v, load256(q8.qs + 128 * h + 32 * j));
-        isum = madd_acc<Isa>(isum, p, pair_scales(sh, j));
+        isum[j % 2] = madd_acc<Isa>(isum[j % 2], p, pair_scales(sh, j));
       }
     }
     const __m256i offset = _mm256_madd_epi16(sc16, load256(q8.bsums));  // sum sc_g bsum_g, pairs
-    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 2));
-    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(isum), acc);
+    const __m256i isum_all = _mm256_sub_epi32(_mm256_add_epi32(isum[0], isum[1]), _mm256_slli_epi32(offset, 2));
+    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(isum_all), acc);
   }
   return hsum(acc);
 }
@@ -234,7 +236,7 @@ inline float dot_q3_K(const block_q3_K* w, const block_q8_K* a, std::size_t nb) 
 /// q4_K (HighBit false) and q5_K (true): eight 32-value sub-blocks.
 template <class Isa, bool HighBit, class B>
 inline float dot_q45_K(const B* w, const block_q8_K* a, std::size_t nb) noexcept {
-  __m256 acc = _mm256_setzero_ps();
+  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
   for (std::size_t bi = 0; bi < nb; ++bi) {
     const B& b = w[bi];
     const block_q8_K& q8 = a[bi];
@@ -247,7 +249,7 @@ inline float dot_q45_K(const B* w, const block_q8_K* a, std::size_t nb) noexcept
     const __m256i mins = _mm256_madd_epi16(_mm256_or_si256(m32, _mm256_slli_epi32(m32, 16)), load256(q8.bsums));
     __m256i hb = _mm256_setzero_si256();
     if constexpr (HighBit) hb = load256(b.qh);
-    __m256i isum = _mm256_setzero_si256();
+    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int c = 0; c < 4; ++c) {
       const __m256i qs = load256(b.qs + 32 * c);
       __m256i v0 = _mm256_and_si256(qs, bytes(0x0f));
@@ -258,13 +260,13 @@ inline float dot_q45_K(const B* w, const block_q8_K* a, std::size_t nb) noexcept
       }
       const __m256i p0 = _mm256_maddubs_epi16(v0, load256(q8.qs + 64 * c));
       const __m256i p1 = _mm256_maddubs_epi16(v1, load256(q8.qs + 64 * c + 32));
-      isum = madd_acc<Isa>(isum, p0, group_scale(s8, 2 * c));
-      isum = madd_acc<Isa>(isum, p1, group_scale(s8, 2 * c + 1));
+      isum[0] = madd_acc<Isa>(isum[0], p0, group_scale(s8, 2 * c));
+      isum[1] = madd_acc<Isa>(isum[1], p1, group_scale(s8, 2 * c + 1));
     }
-    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(isum), acc);
-    acc = fmadd(_mm256_set1_ps(-h2f(b.dmin) * q8.d), _mm256_cvtepi32_ps(mins), acc);
+    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(_mm256_add_epi32(isum[0], isum[1])), acc);
+    acc_min = fmadd(_mm256_set1_ps(-h2f(b.dmin) * q8.d), _mm256_cvtepi32_ps(mins), acc_min);
   }
-  return hsum(acc);
+  return hsum(_mm256_add_ps(acc, acc_min));
 }
 
 template <class Isa>
@@ -274,7 +276,7 @@ inline float dot_q6_K(const block_q6_K* w, const block_q8_K* a, std::size_t nb) 
     const block_q6_K& b = w[bi];
     const block_q8_K& q8 = a[bi];
     const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    __m256i isum = _mm256_setzero_si256();
+    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
     for (int h = 0; h < 2; ++h) {
       const __m256i l0 = load256(b.ql + 64 * h), l1 = load256(b.ql + 64 * h + 32);
       const __m256i hi = load256(b.qh + 32 * h);
@@ -284,12 +286,12 @@ inline float dot_q6_K(const block_q6_K* w, const block_q8_K* a, std::size_t nb) 
         const __m256i lo = move_bits(j % 2 ? l1 : l0, 4 * (j / 2), 0, 4);
         const __m256i v = _mm256_or_si256(lo, move_bits(hi, 2 * j, 4, 2));
         const __m256i p = _mm256_maddubs_epi16(v, load256(q8.qs + 128 * h + 32 * j));
-        isum = madd_acc<Isa>(isum, p, pair_scales(sh, j));
+        isum[j % 2] = madd_acc<Isa>(isum[j % 2], p, pair_scales(sh, j));
       }
     }
     const __m256i offset = _mm256_madd_epi16(sc16, load256(q8.bsums));
-    isum = _mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5));
-    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(isum), acc);
+    const __m256i isum_all = _mm256_sub_epi32(_mm256_add_epi32(isum[0], isum[1]), _mm256_slli_epi32(offset, 5));
+    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(isum_all), acc);
   }
   return hsum(acc);
 }
