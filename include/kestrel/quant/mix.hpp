@@ -128,8 +128,8 @@ struct mix_params {
   std::size_t n_gqa = 1;     // query heads per KV head (head_count / head_count_kv)
   bool has_output = true;    // false: no output.weight, token_embd is also the classifier
   bool pure = false;         // --pure: the base type for every matrix, no promotions
-  std::optional<io::ggml_type> output_type;      // --output-tensor-type
-  std::optional<io::ggml_type> token_embd_type;  // --token-embedding-type
+  std::optional<io::ggml_type> output_type = std::nullopt;      // --output-tensor-type
+  std::optional<io::ggml_type> token_embd_type = std::nullopt;  // --token-embedding-type
 };
 
 /// Whether a tensor is a weight matrix that a mix changes. Vectors (norms,

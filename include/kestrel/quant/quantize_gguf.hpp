@@ -44,8 +44,8 @@ struct quantize_options {
   quant_mix type = quant_mix::q8_0;
   bool allow_requantize = false;                 // --allow-requantize
   bool pure = false;                             // --pure
-  std::optional<io::ggml_type> output_type;      // --output-tensor-type
-  std::optional<io::ggml_type> token_embd_type;  // --token-embedding-type
+  std::optional<io::ggml_type> output_type = std::nullopt;      // --output-tensor-type
+  std::optional<io::ggml_type> token_embd_type = std::nullopt;  // --token-embedding-type
 };
 
 /// One tensor as it goes through quantize_gguf, for progress lines.
