@@ -16,6 +16,8 @@
 #include "json.hpp"
 #include "kestrel/model/hf.hpp"
 #include "kestrel/model/llama.hpp"
+#include "kestrel/model/load.hpp"
+#include "kestrel/model/save.hpp"
 
 using namespace kestrel;
 namespace fs = std::filesystem;
@@ -54,12 +56,21 @@ reference read_reference(const fs::path& dir) {
 // on every architecture, under half this bound.
 double tolerance(const reference& r) { return (5e-7 + 128 * 5.96e-8) * r.max_abs; }
 
+/// The model of HF directory `name`, or of the GGUF file write_gguf makes of it.
+llama_weights weights_of(const std::string& name, bool via_gguf) {
+  auto w = load_hf_weights(hf_dir(name));
+  if (!via_gguf) return w;
+  const auto path = test::scratch_dir("hf_gguf") / (name + ".gguf");
+  write_gguf(w, path, name);
+  return load_gguf_weights(std::make_shared<const io::gguf_file>(path));
+}
+
 template <class Backend>
-void check_arch(const std::string& name) {
+void check_arch(const std::string& name, bool via_gguf = false) {
   const auto dir = hf_dir(name);
   REQUIRE_MESSAGE(fs::exists(dir / "config.json"), "missing test data " << dir);
   const reference ref = read_reference(dir);
-  llama_model<dynamic_llama_config, Backend> m(load_hf_weights(dir), 0, Backend(2));
+  llama_model<dynamic_llama_config, Backend> m(weights_of(name, via_gguf), 0, Backend(2));
   const std::size_t V = m.n_vocab();
   const double tol = tolerance(ref);
   for (std::size_t s = 0; s < ref.tokens.size(); ++s) {
@@ -97,6 +108,14 @@ TEST_CASE("hf: every architecture matches transformers' logits (fast backend)") 
 TEST_CASE("hf: every architecture matches transformers' logits (scalar twins)") {
   for (const char* name : {"llama", "llama3", "mistral", "qwen2", "gpt2", "phi3"}) {
     SUBCASE(name) { check_arch<cpu_ref_backend>(name); }
+  }
+}
+
+TEST_CASE("hf -> GGUF: every architecture written in llama.cpp's conventions loads back to the same logits") {
+  // llama's q/k rows are permuted to adjacent pairs and run normal RoPE;
+  // phi3/gpt2 tensors are fused; the GGUF loader undoes all of it.
+  for (const char* name : {"llama", "llama-bf16", "llama3", "mistral", "qwen2", "gpt2", "phi3"}) {
+    SUBCASE(name) { check_arch<cpu_backend>(name, /*via_gguf=*/true); }
   }
 }
 

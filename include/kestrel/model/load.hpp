@@ -1,5 +1,5 @@
-// kestrel/model/load.hpp: a model file (GGUF or llama2.c checkpoint) into
-// llama_weights and a vocabulary.
+// kestrel/model/load.hpp: a model file (GGUF or llama2.c checkpoint) or a
+// Hugging Face directory into llama_weights and a vocabulary.
 //
 // This is where a file's run-time facts (its format, its tensors' element
 // types) meet the compiled code: one table maps each GGML tensor type to a
@@ -17,17 +17,21 @@
 #include "kestrel/io/gguf.hpp"
 #include "kestrel/io/llama2c.hpp"
 #include "kestrel/model/config.hpp"
+#include "kestrel/model/hf.hpp"
 #include "kestrel/model/weights.hpp"
 #include "kestrel/tokenizer/any.hpp"
 #include "kestrel/tokenizer/llama2c_vocab.hpp"
 
 namespace kestrel {
 
-enum class model_format { gguf, llama2c };
+enum class model_format { gguf, llama2c, hf };
 
-/// GGUF files start with the magic "GGUF"; anything else is taken to be a
-/// llama2.c checkpoint, whose reader validates the header and exact size.
+/// A directory is a Hugging Face model; GGUF files start with the magic
+/// "GGUF"; anything else is taken to be a llama2.c checkpoint, whose reader
+/// validates the header and exact size.
 inline model_format detect_format(const std::filesystem::path& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) return model_format::hf;
   mapped_file f(path);
   if (f.size() >= 4 && std::memcmp(f.data(), "GGUF", 4) == 0) return model_format::gguf;
   return model_format::llama2c;
@@ -98,8 +102,9 @@ inline model_arch gguf_arch(const io::gguf_file& f, cpu::rope_mode& mode) {
 /// architecture's name, as llama.cpp writes them).
 inline llama_hparams gguf_llama_hparams(const io::gguf_file& f) {
   llama_hparams hp;
-  cpu::rope_mode mode;
-  hp.set_parts(gguf_arch(f, mode), mode);
+  cpu::rope_mode mode = cpu::rope_mode::normal;
+  const model_arch arch = gguf_arch(f, mode);  // sets mode: not in the same call (argument order is unspecified)
+  hp.set_parts(arch, mode);
   const std::string a = f.get<std::string>("general.architecture") + ".";
   hp.n_embd = f.get<std::uint64_t>(a + "embedding_length");
   hp.n_layer = f.get<std::uint64_t>(a + "block_count");
@@ -116,6 +121,11 @@ inline llama_hparams gguf_llama_hparams(const io::gguf_file& f) {
   const auto& emb = f.tensor("token_embd.weight");
   if (emb.dims.size() != 2) throw file_error(f.path(), emb.offset, "token_embd.weight is not a matrix");
   hp.n_vocab = static_cast<std::size_t>(emb.dims[1]);
+  // llama.cpp's converter writes gpt2's feed_forward_length as 4 n_embd
+  // whatever the model has; the tensor is the truth there.
+  if (hp.arch == model_arch::gpt2)
+    if (const auto* up = f.find_tensor("blk.0.ffn_up.weight"); up && up->dims.size() == 2)
+      hp.n_ff = static_cast<std::size_t>(up->dims[1]);
   hp.n_rot = f.get_optional<std::uint64_t>(a + "rope.dimension_count").value_or(hp.n_head ? hp.n_embd / hp.n_head : 0);
   // RoPE scaling: linear interpolation divides positions by the factor;
   // Llama 3's scaling arrives as the rope_freqs.weight tensor instead.
@@ -262,9 +272,10 @@ struct model_file {
   std::shared_ptr<const io::gguf_file> gguf;  // the parsed GGUF (metadata such as the chat template); null for llama2.c
 };
 
-/// Loads a GGUF file (weights and tokenizer), or a llama2.c checkpoint with
-/// its `tokenizer.bin` (required for llama2.c files; for a GGUF file an
-/// explicit tokenizer.bin replaces the embedded vocabulary).
+/// Loads a GGUF file (weights and tokenizer), a Hugging Face directory (its
+/// tokenizer.json: byte-level BPE), or a llama2.c checkpoint with its
+/// `tokenizer.bin` (required for llama2.c files; for the others an explicit
+/// tokenizer.bin replaces the model's own vocabulary).
 inline model_file load_model_file(const std::filesystem::path& path,
                                   const std::optional<std::filesystem::path>& tokenizer = std::nullopt) {
   const std::string name = path.string();
@@ -276,6 +287,13 @@ inline model_file load_model_file(const std::filesystem::path& path,
       auto f = gguf = std::make_shared<const io::gguf_file>(path);
       weights = load_gguf_weights(f);
       if (!tokenizer) return tokenizer_from_gguf(*f);
+    } else if (format == model_format::hf) {
+      weights = load_hf_weights(path);
+      if (!tokenizer) {
+        if (!std::filesystem::exists(path / "tokenizer.json"))
+          throw invalid_argument(name + ": the directory has no tokenizer.json; pass a tokenizer (--tokenizer FILE)");
+        return bpe_tokenizer(load_bpe_hf_json(path / "tokenizer.json"));
+      }
     } else {
       weights = load_llama2c_weights(std::make_shared<const io::llama2c_checkpoint>(path));
       if (!tokenizer)
