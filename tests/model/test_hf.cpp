@@ -136,3 +136,52 @@ TEST_CASE("hf: the parts each architecture is made of") {
   CHECK(w.rope_freqs[1] == doctest::Approx(2.44226).epsilon(1e-5));
   for (std::size_t i = 2; i < 8; ++i) CHECK(w.rope_freqs[i] == doctest::Approx(8.0));
 }
+
+namespace {
+
+/// A copy of HF test model `name` in a scratch folder, with config.json
+/// edited by `edit` (a find/replace on its text), and `drop` (a tensor name)
+/// left out of the safetensors file when non-empty.
+fs::path broken_copy(const std::string& name, const std::string& find, const std::string& replace) {
+  const auto dir = test::scratch_dir("hf_bad_" + name + "_" + std::to_string(std::hash<std::string>{}(find + replace)));
+  for (const auto& e : fs::directory_iterator(hf_dir(name)))
+    fs::copy_file(e.path(), dir / e.path().filename(), fs::copy_options::overwrite_existing);
+  std::string cfg = test::read_file(dir / "config.json");
+  const auto at = cfg.find(find);
+  REQUIRE_MESSAGE(at != std::string::npos, "config.json of " << name << " has no '" << find << "'");
+  cfg.replace(at, find.size(), replace);
+  test::write_file(dir / "config.json", cfg);
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("hf: bad configs and weights are clear errors naming the key or tensor") {
+  auto err = [](const fs::path& dir) { return test::error_of([&] { (void)load_hf_weights(dir); }); };
+  // A missing key names the key and config.json.
+  auto e = err(broken_copy("llama", "\"hidden_size\"", "\"hidden_size_x\""));
+  CHECK(e.find("hidden_size") != std::string::npos);
+  CHECK(e.find("config.json") != std::string::npos);
+  CHECK(err(broken_copy("gpt2", "\"n_layer\"", "\"n_layer_x\"")).find("n_layer") != std::string::npos);
+  // A wrong type of value.
+  CHECK(err(broken_copy("llama", "\"num_hidden_layers\": 2", "\"num_hidden_layers\": \"two\"")).find("num_hidden_layers") !=
+        std::string::npos);
+  // Unsupported architecture / activation / scaling.
+  CHECK(err(broken_copy("llama", "\"model_type\": \"llama\"", "\"model_type\": \"falcon\"")).find("falcon") != std::string::npos);
+  CHECK(err(broken_copy("llama", "\"hidden_act\": \"silu\"", "\"hidden_act\": \"relu\"")).find("relu") != std::string::npos);
+  CHECK(err(broken_copy("llama3", "\"rope_type\": \"llama3\"", "\"rope_type\": \"yarn\"")).find("yarn") != std::string::npos);
+  // Shapes that disagree with the config name the tensor and both shapes.
+  e = err(broken_copy("llama", "\"intermediate_size\": 128", "\"intermediate_size\": 96"));
+  CHECK(e.find("gate_proj") != std::string::npos);
+  CHECK(e.find("(128, 64)") != std::string::npos);
+  e = err(broken_copy("llama", "\"vocab_size\": 256", "\"vocab_size\": 300"));
+  CHECK(e.find("embed_tokens") != std::string::npos);
+  // Impossible hyperparameters.
+  CHECK(err(broken_copy("llama", "\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3")).find("n_head_kv") !=
+        std::string::npos);
+  // An untied model whose lm_head is missing: the config says untied.
+  e = err(broken_copy("qwen2", "\"tie_word_embeddings\": true", "\"tie_word_embeddings\": false"));
+  CHECK(e.find("lm_head.weight") != std::string::npos);
+  // Not a directory / no config.
+  CHECK(!err(hf_dir("no-such-model")).empty());
+}
