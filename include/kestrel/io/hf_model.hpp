@@ -9,7 +9,8 @@
 // single file before an index).
 //
 // No model knowledge: tensors are found by their HF names; mapping them to a
-// model is the loader's job. Every shard is opened once and held by a
+// model is the loader's job. With an index, the index is the listing: a
+// tensor a shard holds but the weight_map does not name is not visible. Every shard is opened once and held by a
 // shared_ptr; each tensor_ref shares its shard's mapping, so views stay
 // valid after this object is gone.
 #pragma once
