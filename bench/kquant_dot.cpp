@@ -1,7 +1,7 @@
 // kestrel-bench-kquant: the quantized dot products and decode's matvec, fast
 // against scalar twin, side by side in one process, one thread.
 //
-//   kestrel-bench-kquant [-r REPEATS (7)] [--rows R (5632)] [--cols C (2048)]
+//   kestrel-bench-kquant [-r REPEATS (7)] [--rows R (5632)] [--cols C (2048)] [--tokens T (64)]
 //
 // For each weight type (q2_K .. q6_K against q8_K activations, and the
 // legacy q4_0 / q8_0 against q8_0 for comparison), JSON lines:
@@ -11,12 +11,18 @@
 //     (rows, cols) and (cols, rows) (TinyLlama's FFN up/gate and down by
 //     default), through cpu::matvec (activations quantized in the call) and
 //     ref::matvec, as GB/s of weight bytes; "rowwise" is the plain loop of
-//     quant dots one row at a time, for comparing matvec's row scheduling.
+//     quant dots one row at a time, for comparing matvec's row scheduling;
+//   {"bench":"kquant_dot","type":..,"test":"matmul",...}: prefill's Y = X W^T
+//     for T tokens through cpu::matmul against one dot per (row, token)
+//     ("rowwise", the loop before token groups) and against token groups with
+//     each row meeting every token before the next row ("rows_outer", no
+//     cache blocking; legacy types: empty), as GMAC/s.
 // Every figure is a median of REPEATS runs, the compared variants
 // interleaved within each repeat; the machine is shared, so compare ratios
 // from one run rather than absolute numbers across runs. Note: 2048 x 5632
 // weights are 3.3 to 8.6 MB, so they may stay in L3 (32 MB) between runs:
 // this measures the kernels' streaming rate, not DRAM's.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -27,6 +33,7 @@
 #include <vector>
 
 #include "common.hpp"
+#include "kestrel/cpu/matmul.hpp"
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/ref/linear.hpp"
 #include "kestrel/quant/kquants.hpp"
@@ -68,7 +75,8 @@ std::vector<double> time_interleaved(int repeats, const std::vector<std::functio
 }
 
 template <class B, class A>
-void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::size_t cols, int repeats) {
+void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::size_t cols, std::size_t n_tokens,
+                int repeats) {
   constexpr std::size_t qk = sizeof(A) == sizeof(q::block_q8_K) ? 256 : 32;
   auto fast_dot = [](const B* w, const A* a, std::size_t n) {
     if constexpr (qk == 256) return q::vec_dot(w, a, n); else return q::dot(w, a, n);
@@ -135,20 +143,54 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
                 m[0] / m[2], m[1] / m[2], repeats);
     std::fflush(stdout);
   }
+
+  // ---- prefill: Y = X W^T for n_tokens tokens, one thread ----
+  {
+    const std::size_t R = rows, C = cols, T = n_tokens;
+    kestrel::weight_view view;
+    view.type = type;
+    view.data = w.data();
+    view.rows = R;
+    view.cols = C;
+    const auto x = random_floats(T * C, 5);
+    std::vector<float> y(T * R);
+    std::vector<A> act(T * (C / qk));
+    const auto m = time_interleaved(repeats, {
+        [&] {  // every (row, token) pair its own dot: the loop before token groups
+          for (std::size_t t = 0; t < T; ++t) q::quantize_row(x.data() + t * C, act.data() + t * (C / qk), C);
+          for (std::size_t r = 0; r < R; ++r)
+            for (std::size_t t = 0; t < T; ++t)
+              y[t * R + r] = fast_dot(w.data() + r * (C / qk), act.data() + t * (C / qk), C);
+        },
+        [&] {  // token groups, but each row against every token before the next row
+          for (std::size_t t = 0; t < T; ++t) q::quantize_row(x.data() + t * C, act.data() + t * (C / qk), C);
+          if constexpr (qk == 256)
+            for (std::size_t r = 0; r < R; ++r) q::vec_dot_tokens(w.data() + r * (C / qk), act.data(), C, T, y.data() + r, R);
+        },
+        [&] { kestrel::cpu::matmul(view, x.data(), T, y.data(), nullptr); },
+    });
+    const double macs = double(R) * double(C) * double(T);
+    std::printf("{\"bench\":\"kquant_dot\",\"type\":\"%s\",\"test\":\"matmul\",\"rows\":%zu,\"cols\":%zu,"
+                "\"n_tokens\":%zu,\"ms_rowwise\":%.2f,\"ms_rows_outer\":%.2f,\"ms_matmul\":%.2f,\"gmacs_rowwise\":%.2f,"
+                "\"gmacs_matmul\":%.2f,\"matmul_vs_rowwise\":%.2f,\"matmul_vs_rows_outer\":%.2f,\"repeats\":%d}\n",
+                name, R, C, T, m[0], m[1], m[2], macs / m[0] / 1e6, macs / m[2] / 1e6, m[0] / m[2], m[1] / m[2], repeats);
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeats = 7;
-  std::size_t rows = 5632, cols = 2048;
+  std::size_t rows = 5632, cols = 2048, n_tokens = 64;
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (i + 1 < argc && a == "-r") repeats = std::atoi(argv[++i]);
     else if (i + 1 < argc && a == "--rows") rows = std::strtoull(argv[++i], nullptr, 10);
     else if (i + 1 < argc && a == "--cols") cols = std::strtoull(argv[++i], nullptr, 10);
+    else if (i + 1 < argc && a == "--tokens") n_tokens = std::strtoull(argv[++i], nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: kestrel-bench-kquant [-r REPEATS (7)] [--rows R (5632)] [--cols C (2048)]\n");
+      std::fprintf(stderr, "usage: kestrel-bench-kquant [-r REPEATS (7)] [--rows R (5632)] [--cols C (2048)] [--tokens T (64)]\n");
       return 2;
     }
   }
@@ -157,11 +199,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   using kestrel::dtype;
-  bench_type<q::block_q2_K, q::block_q8_K>("q2_K", dtype::q2_k, rows, cols, repeats);
-  bench_type<q::block_q3_K, q::block_q8_K>("q3_K", dtype::q3_k, rows, cols, repeats);
-  bench_type<q::block_q4_K, q::block_q8_K>("q4_K", dtype::q4_k, rows, cols, repeats);
-  bench_type<q::block_q5_K, q::block_q8_K>("q5_K", dtype::q5_k, rows, cols, repeats);
-  bench_type<q::block_q6_K, q::block_q8_K>("q6_K", dtype::q6_k, rows, cols, repeats);
-  bench_type<q::block_q4_0, q::block_q8_0>("q4_0", dtype::q4_0, rows, cols, repeats);
-  bench_type<q::block_q8_0, q::block_q8_0>("q8_0", dtype::q8_0, rows, cols, repeats);
+  bench_type<q::block_q2_K, q::block_q8_K>("q2_K", dtype::q2_k, rows, cols, n_tokens, repeats);
+  bench_type<q::block_q3_K, q::block_q8_K>("q3_K", dtype::q3_k, rows, cols, n_tokens, repeats);
+  bench_type<q::block_q4_K, q::block_q8_K>("q4_K", dtype::q4_k, rows, cols, n_tokens, repeats);
+  bench_type<q::block_q5_K, q::block_q8_K>("q5_K", dtype::q5_k, rows, cols, n_tokens, repeats);
+  bench_type<q::block_q6_K, q::block_q8_K>("q6_K", dtype::q6_k, rows, cols, n_tokens, repeats);
+  bench_type<q::block_q4_0, q::block_q8_0>("q4_0", dtype::q4_0, rows, cols, n_tokens, repeats);
+  bench_type<q::block_q8_0, q::block_q8_0>("q8_0", dtype::q8_0, rows, cols, n_tokens, repeats);
 }

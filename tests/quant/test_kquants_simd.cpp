@@ -1,7 +1,8 @@
 // tests/quant/test_kquants_simd.cpp: the SIMD k-quant dots (quant::vec_dot,
 // every instruction-set kernel the build can run) against their scalar twin
 // quant::ref::vec_dot and against the exact value, on random blocks with
-// random and extreme codes and scales, rows of 256 .. 4096 values.
+// random and extreme codes and scales, rows of 256 .. 4096 values; and the
+// several-token form vec_dot_tokens against vec_dot, bit for bit.
 //
 // Tolerance, derived (u = 2^-24, gamma_k = k u / (1 - k u)): both dots
 // compute the same integers exactly (isum_g = sum over a sub-block of
@@ -196,6 +197,32 @@ TEST_CASE("kquants simd: the largest integer sums (no int16 saturation, no int32
         run.operator()<q::block_q5_K>("q5_K", fill, scale_fill, act);
         run.operator()<q::block_q6_K>("q6_K", fill, scale_fill, act);
       }
+}
+
+TEST_CASE("kquants simd: vec_dot_tokens == vec_dot per token, bit for bit") {
+  std::mt19937 rng(9);
+  auto run = [&]<class B>(const char* name) {
+    for (std::size_t n : {256, 1024, 2560})
+      for (std::size_t n_tokens = 0; n_tokens <= 9; ++n_tokens) {
+        const std::size_t nb = n / q::qk_k, stride = 3;
+        const auto w = random_blocks<B>(nb, rng);
+        const auto a = random_activations(n_tokens * nb, rng);
+        std::vector<float> out(n_tokens * stride + 1, -7.0f);
+        q::vec_dot_tokens(w.data(), a.data(), n, n_tokens, out.data(), stride);
+        bool same = true;
+        for (std::size_t t = 0; t < n_tokens; ++t) {
+          const float one = q::vec_dot(w.data(), a.data() + t * nb, n);
+          same = same && std::memcmp(&one, &out[t * stride], sizeof one) == 0;
+          for (std::size_t i = 1; i < stride; ++i) same = same && out[t * stride + i] == -7.0f;  // untouched
+        }
+        CHECK_MESSAGE(same, name << " n " << n << " n_tokens " << n_tokens);
+      }
+  };
+  run.operator()<q::block_q2_K>("q2_K");
+  run.operator()<q::block_q3_K>("q3_K");
+  run.operator()<q::block_q4_K>("q4_K");
+  run.operator()<q::block_q5_K>("q5_K");
+  run.operator()<q::block_q6_K>("q6_K");
 }
 
 TEST_CASE("kquants simd: n = 0 and n not a multiple of 256") {

@@ -4,15 +4,18 @@
 // The activations are quantized once per call to the format the weight type
 // pairs with (q8_0 / q8_1 for the legacy types, q8_K for the k-quants, as
 // ggml does), then each weight row meets them in an integer dot product.
-// Prefill uses the same arithmetic, one weight row at a time against every
-// token, so each row is read once per call and decode after prefill gives
-// what a longer prefill gives (the KV-cache invariant holds as tightly as
-// for float weights). The fast and reference paths differ only in the dot:
+// Prefill uses the same arithmetic per token: a token's output is the same
+// dot, bit for bit, whether it is computed alone (decode) or among others,
+// so decode after prefill gives what a longer prefill gives (the KV-cache
+// invariant holds as tightly as for float weights). For the k-quants the
+// fast path blocks tokens and rows for the caches and takes tokens in groups
+// of quant::vec_dot_group that share each weight block's unpacking. The fast and reference paths differ only in the dot:
 // the SIMD kernels (quant::dot for the legacy types, quant::vec_dot for the
 // k-quants) against their scalar twins (quant::ref::dot, quant::ref::vec_dot),
 // which agree to within the float rounding bounds their tests derive.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <string>
@@ -82,6 +85,38 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
     for (std::size_t t = 0; t < n_tokens; ++t) quant::quantize_row(x + t * cols, act.data() + t * nb, cols);
     const A* a = act.data();
     const auto* base = static_cast<const std::byte*>(w.data);
+    if constexpr (std::is_same_v<A, quant::block_q8_K>) {
+      if (!reference) {
+        // Blocked for the caches: a tile of tokens (about 256 KiB of q8_K
+        // activations, in L2) meets a tile of rows (about 128 KiB of
+        // weights, in L2) one group of vec_dot_group tokens at a time, so the
+        // group's activations stay in L1 while the tile's rows stream past
+        // and each weight block is unpacked once per group. Measured on Zen 4
+        // (kestrel-bench-kquant, one thread, a loaded machine): token groups
+        // are 1.3-2x faster than one dot per (row, token); the blocking adds
+        // 0-24% (median 6%) over taking each row against every token, at 512
+        // tokens x 5632 columns, where a row's sweep over all activations
+        // (3.3 MB) no longer fits L2.
+        const std::size_t g = quant::vec_dot_group;
+        const std::size_t t_tile = std::max(g, (256 * 1024 / (nb * sizeof(A))) / g * g);
+        const std::size_t r_tile = std::max<std::size_t>(1, 128 * 1024 / row_bytes);
+        parallel_for(pool, w.rows, [&](std::size_t r0, std::size_t r1) {
+          for (std::size_t t0 = 0; t0 < n_tokens; t0 += t_tile) {
+            const std::size_t t1 = std::min(n_tokens, t0 + t_tile);
+            for (std::size_t rb = r0; rb < r1; rb += r_tile) {
+              const std::size_t re = std::min(r1, rb + r_tile);
+              for (std::size_t t = t0; t < t1; t += g) {
+                const std::size_t nt = std::min(g, t1 - t);
+                for (std::size_t r = rb; r < re; ++r)
+                  quant::vec_dot_tokens(reinterpret_cast<const B*>(base + r * row_bytes), a + t * nb, cols, nt,
+                                        y + t * w.rows + r, w.rows);
+              }
+            }
+          }
+        }, n_tokens * w.rows * cols);
+        return;
+      }
+    }
     parallel_for(pool, w.rows, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
         const B* row = reinterpret_cast<const B*>(base + r * row_bytes);

@@ -3,6 +3,7 @@
 // dot products against activations quantized once per step to q8_K:
 //
 //   float vec_dot(const block_qN_K* w, const block_q8_K* a, size_t n);  // N = 2..6
+//   void vec_dot_tokens(w, a, n, n_tokens, out, out_stride);  // one row, several tokens
 //
 // n is the row length in values, a multiple of 256 (invalid_argument
 // otherwise). With AVX2 the SIMD kernels below run; without it the scalar
@@ -24,6 +25,14 @@
 // so consecutive multiply-adds do not wait on each other); it meets the
 // float scales once per block: one convert and one FMA into 8 float lanes,
 // and the same for the min term into a second set of lanes.
+//
+// A weight block is first unpacked into registers (unpack_codes: codes v,
+// scale vectors, bsum coefficients), then meets one or more tokens'
+// activation blocks (dot_tokens<Isa, NT>): unpacking is about two thirds of
+// the instructions, so prefill shares it across a group of tokens
+// (vec_dot_tokens; measured 2.8-3x less time per token-block for 4 tokens,
+// data in L1). Each token's arithmetic is the same for every NT, so decode
+// and prefill agree bit for bit.
 //
 // Why not vpdpbusd: it sums 4 products into int32 directly, but the
 // sub-block scale then needs a 32-bit multiply per lane; vpmaddubsw +
@@ -171,7 +180,7 @@ inline __m128i scales_k3(const std::uint8_t* s) noexcept {
   return _mm_sub_epi8(_mm_set_epi64x(static_cast<long long>(b), static_cast<long long>(a)), _mm_set1_epi8(32));
 }
 
-// ---- the kernels: nb super-blocks, the float result ----
+// ---- unpacking one weight super-block for the integer dot ----
 //
 // Value i = 128 h + 32 j + k (k < 32) of the 2-bit layouts (q2_K, q3_K, and
 // q6_K's high bits) is bits 2j, 2j + 1 of byte k of the half's 32 bytes; of
@@ -180,127 +189,143 @@ inline __m128i scales_k3(const std::uint8_t* s) noexcept {
 // of byte 32 (j % 2) + k of the half's 64 bytes. The fifth bit of q5_K and
 // the third of q3_K: value i is bit i / 32 of byte i % 32.
 
-template <class Isa>
-inline float dot_q2_K(const block_q2_K* w, const block_q8_K* a, std::size_t nb) noexcept {
-  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
-  for (std::size_t bi = 0; bi < nb; ++bi) {
-    const block_q2_K& b = w[bi];
-    const block_q8_K& q8 = a[bi];
-    const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
-    const __m128i lo4 = _mm_set1_epi8(0x0f);
-    const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, lo4));
-    const __m256i mn16 = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), lo4));
-    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int h = 0; h < 2; ++h) {
-      const __m256i qs = load256(b.qs + 32 * h);
-      const __m256i sh = half_scales(sc16, h);
-      for (int j = 0; j < 4; ++j) {
-        const __m256i v = move_bits(qs, 2 * j, 0, 2);
-        const __m256i p = _mm256_maddubs_epi16(v, load256(q8.qs + 128 * h + 32 * j));
-        isum[j % 2] = madd_acc<Isa>(isum[j % 2], p, pair_scales(sh, j));
-      }
+/// A weight super-block ready to meet any number of q8_K activation blocks:
+/// v[k] holds the codes of values 32k .. 32k + 31 as unsigned bytes, s[k]
+/// the int16 scale for each int16 vpmaddubsw makes of them, coef one int16
+/// per 16 values to vpmaddwd with the activations' bsums: the mins
+/// (q2/q4/q5_K, the term is then scaled by -dmin) or the scales (q3/q6_K,
+/// the term is then scaled by the code offset 2^offset_shift).
+struct block_codes {
+  __m256i v[8], s[8], coef;
+  float d, dmin;
+};
+template <class B> inline constexpr bool has_min = true;
+template <> inline constexpr bool has_min<block_q3_K> = false;
+template <> inline constexpr bool has_min<block_q6_K> = false;
+template <class B> inline constexpr int offset_shift = 0;
+template <> inline constexpr int offset_shift<block_q3_K> = 2;  // codes v - 4
+template <> inline constexpr int offset_shift<block_q6_K> = 5;  // codes v - 32
+
+inline void unpack_codes(const block_q2_K& b, block_codes& c) noexcept {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales));
+  const __m128i lo4 = _mm_set1_epi8(0x0f);
+  const __m256i sc16 = _mm256_cvtepu8_epi16(_mm_and_si128(raw, lo4));
+  c.coef = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(raw, 4), lo4));  // mins; |coef bsum| <= 2 * 15 * 2048
+  for (int h = 0; h < 2; ++h) {
+    const __m256i qs = load256(b.qs + 32 * h);
+    const __m256i sh = half_scales(sc16, h);
+    for (int j = 0; j < 4; ++j) {
+      c.v[4 * h + j] = move_bits(qs, 2 * j, 0, 2);
+      c.s[4 * h + j] = pair_scales(sh, j);
     }
-    const __m256i mins = _mm256_madd_epi16(mn16, load256(q8.bsums));  // |.| <= 2 * 15 * 2048
-    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(_mm256_add_epi32(isum[0], isum[1])), acc);
-    acc_min = fmadd(_mm256_set1_ps(-h2f(b.dmin) * q8.d), _mm256_cvtepi32_ps(mins), acc_min);
   }
-  return hsum(_mm256_add_ps(acc, acc_min));
+  c.d = h2f(b.d);
+  c.dmin = h2f(b.dmin);
 }
 
-template <class Isa>
-inline float dot_q3_K(const block_q3_K* w, const block_q8_K* a, std::size_t nb) noexcept {
-  __m256 acc = _mm256_setzero_ps();
-  for (std::size_t bi = 0; bi < nb; ++bi) {
-    const block_q3_K& b = w[bi];
-    const block_q8_K& q8 = a[bi];
-    const __m256i sc16 = _mm256_cvtepi8_epi16(scales_k3(b.scales));
-    const __m256i hm = load256(b.hmask);
-    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int h = 0; h < 2; ++h) {
-      const __m256i qs = load256(b.qs + 32 * h);
-      const __m256i sh = half_scales(sc16, h);
-      for (int j = 0; j < 4; ++j) {
-        // v = low two bits | third bit << 2, in [0, 7]; the code is v - 4
-        const __m256i v = _mm256_or_si256(move_bits(qs, 2 * j, 0, 2), move_bits(hm, 4 * h + j, 2, 1));
-        const __m256i p = _mm256_maddubs_epi16(v, load256(q8.qs + 128 * h + 32 * j));
-        isum[j % 2] = madd_acc<Isa>(isum[j % 2], p, pair_scales(sh, j));
-      }
+inline void unpack_codes(const block_q3_K& b, block_codes& c) noexcept {
+  c.coef = _mm256_cvtepi8_epi16(scales_k3(b.scales));
+  const __m256i hm = load256(b.hmask);
+  for (int h = 0; h < 2; ++h) {
+    const __m256i qs = load256(b.qs + 32 * h);
+    const __m256i sh = half_scales(c.coef, h);
+    for (int j = 0; j < 4; ++j) {
+      // v = low two bits | third bit << 2, in [0, 7]; the code is v - 4
+      c.v[4 * h + j] = _mm256_or_si256(move_bits(qs, 2 * j, 0, 2), move_bits(hm, 4 * h + j, 2, 1));
+      c.s[4 * h + j] = pair_scales(sh, j);
     }
-    const __m256i offset = _mm256_madd_epi16(sc16, load256(q8.bsums));  // sum sc_g bsum_g, pairs
-    const __m256i isum_all = _mm256_sub_epi32(_mm256_add_epi32(isum[0], isum[1]), _mm256_slli_epi32(offset, 2));
-    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(isum_all), acc);
   }
-  return hsum(acc);
+  c.d = h2f(b.d);
+  c.dmin = 0;
 }
 
-/// q4_K (HighBit false) and q5_K (true): eight 32-value sub-blocks.
-template <class Isa, bool HighBit, class B>
-inline float dot_q45_K(const B* w, const block_q8_K* a, std::size_t nb) noexcept {
-  __m256 acc = _mm256_setzero_ps(), acc_min = _mm256_setzero_ps();
-  for (std::size_t bi = 0; bi < nb; ++bi) {
-    const B& b = w[bi];
-    const block_q8_K& q8 = a[bi];
-    std::uint64_t sc, mn;
-    scales_k4(b.scales, sc, mn);
-    const __m256i s8 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc))));
-    // min j in both int16 halves of int32 lane j: vpmaddwd with the bsums
-    // gives m_j (bsum_2j + bsum_2j+1), sub-block j's min term.
-    const __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn)));
-    const __m256i mins = _mm256_madd_epi16(_mm256_or_si256(m32, _mm256_slli_epi32(m32, 16)), load256(q8.bsums));
-    __m256i hb = _mm256_setzero_si256();
-    if constexpr (HighBit) hb = load256(b.qh);
-    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int c = 0; c < 4; ++c) {
-      const __m256i qs = load256(b.qs + 32 * c);
-      __m256i v0 = _mm256_and_si256(qs, bytes(0x0f));
-      __m256i v1 = move_bits(qs, 4, 0, 4);
-      if constexpr (HighBit) {
-        v0 = _mm256_or_si256(v0, move_bits(hb, 2 * c, 4, 1));
-        v1 = _mm256_or_si256(v1, move_bits(hb, 2 * c + 1, 4, 1));
-      }
-      const __m256i p0 = _mm256_maddubs_epi16(v0, load256(q8.qs + 64 * c));
-      const __m256i p1 = _mm256_maddubs_epi16(v1, load256(q8.qs + 64 * c + 32));
-      isum[0] = madd_acc<Isa>(isum[0], p0, group_scale(s8, 2 * c));
-      isum[1] = madd_acc<Isa>(isum[1], p1, group_scale(s8, 2 * c + 1));
+/// q4_K and q5_K (HighBit): eight 32-value sub-blocks.
+template <bool HighBit, class B>
+inline void unpack_codes_k45(const B& b, block_codes& c) noexcept {
+  std::uint64_t sc, mn;
+  scales_k4(b.scales, sc, mn);
+  const __m256i s8 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(_mm_cvtsi64_si128(static_cast<long long>(sc))));
+  // min j in both int16 halves of int32 lane j: vpmaddwd with the bsums
+  // gives m_j (bsum_2j + bsum_2j+1), sub-block j's min term.
+  const __m256i m32 = _mm256_cvtepu8_epi32(_mm_cvtsi64_si128(static_cast<long long>(mn)));
+  c.coef = _mm256_or_si256(m32, _mm256_slli_epi32(m32, 16));
+  __m256i hb = _mm256_setzero_si256();
+  if constexpr (HighBit) hb = load256(b.qh);
+  for (int k = 0; k < 4; ++k) {
+    const __m256i qs = load256(b.qs + 32 * k);
+    __m256i v0 = _mm256_and_si256(qs, bytes(0x0f));
+    __m256i v1 = move_bits(qs, 4, 0, 4);
+    if constexpr (HighBit) {
+      v0 = _mm256_or_si256(v0, move_bits(hb, 2 * k, 4, 1));
+      v1 = _mm256_or_si256(v1, move_bits(hb, 2 * k + 1, 4, 1));
     }
-    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(_mm256_add_epi32(isum[0], isum[1])), acc);
-    acc_min = fmadd(_mm256_set1_ps(-h2f(b.dmin) * q8.d), _mm256_cvtepi32_ps(mins), acc_min);
+    c.v[2 * k] = v0;
+    c.v[2 * k + 1] = v1;
+    c.s[2 * k] = group_scale(s8, 2 * k);
+    c.s[2 * k + 1] = group_scale(s8, 2 * k + 1);
   }
-  return hsum(_mm256_add_ps(acc, acc_min));
+  c.d = h2f(b.d);
+  c.dmin = h2f(b.dmin);
+}
+inline void unpack_codes(const block_q4_K& b, block_codes& c) noexcept { unpack_codes_k45<false>(b, c); }
+inline void unpack_codes(const block_q5_K& b, block_codes& c) noexcept { unpack_codes_k45<true>(b, c); }
+
+inline void unpack_codes(const block_q6_K& b, block_codes& c) noexcept {
+  c.coef = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
+  for (int h = 0; h < 2; ++h) {
+    const __m256i l0 = load256(b.ql + 64 * h), l1 = load256(b.ql + 64 * h + 32);
+    const __m256i hi = load256(b.qh + 32 * h);
+    const __m256i sh = half_scales(c.coef, h);
+    for (int j = 0; j < 4; ++j) {
+      // v = low nibble | two high bits << 4, in [0, 63]; the code is v - 32
+      const __m256i lo = move_bits(j % 2 ? l1 : l0, 4 * (j / 2), 0, 4);
+      c.v[4 * h + j] = _mm256_or_si256(lo, move_bits(hi, 2 * j, 4, 2));
+      c.s[4 * h + j] = pair_scales(sh, j);
+    }
+  }
+  c.d = h2f(b.d);
+  c.dmin = 0;
 }
 
-template <class Isa>
-inline float dot_q6_K(const block_q6_K* w, const block_q8_K* a, std::size_t nb) noexcept {
-  __m256 acc = _mm256_setzero_ps();
+// ---- the kernel: one weight row against NT tokens' activations ----
+
+/// out[t] = the dot of the row w (nb super-blocks) with token t's
+/// activations a + t * stride, t < NT. Each weight block is unpacked once
+/// for all NT tokens; each token's arithmetic is the same instruction
+/// sequence whatever NT is, so its result is bit-identical for every NT.
+template <class Isa, std::size_t NT, class B>
+inline void dot_tokens(const B* w, const block_q8_K* a, std::size_t nb, std::size_t stride, float* out) noexcept {
+  __m256 acc[NT], acc_min[NT];
+  for (std::size_t t = 0; t < NT; ++t) acc[t] = acc_min[t] = _mm256_setzero_ps();
+  block_codes c;
   for (std::size_t bi = 0; bi < nb; ++bi) {
-    const block_q6_K& b = w[bi];
-    const block_q8_K& q8 = a[bi];
-    const __m256i sc16 = _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(b.scales)));
-    __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-    for (int h = 0; h < 2; ++h) {
-      const __m256i l0 = load256(b.ql + 64 * h), l1 = load256(b.ql + 64 * h + 32);
-      const __m256i hi = load256(b.qh + 32 * h);
-      const __m256i sh = half_scales(sc16, h);
-      for (int j = 0; j < 4; ++j) {
-        // v = low nibble | two high bits << 4, in [0, 63]; the code is v - 32
-        const __m256i lo = move_bits(j % 2 ? l1 : l0, 4 * (j / 2), 0, 4);
-        const __m256i v = _mm256_or_si256(lo, move_bits(hi, 2 * j, 4, 2));
-        const __m256i p = _mm256_maddubs_epi16(v, load256(q8.qs + 128 * h + 32 * j));
-        isum[j % 2] = madd_acc<Isa>(isum[j % 2], p, pair_scales(sh, j));
+    unpack_codes(w[bi], c);
+    for (std::size_t t = 0; t < NT; ++t) {
+      const block_q8_K& q8 = a[t * stride + bi];
+      __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      for (int k = 0; k < 8; ++k) {
+        const __m256i p = _mm256_maddubs_epi16(c.v[k], load256(q8.qs + 32 * k));
+        isum[k % 2] = madd_acc<Isa>(isum[k % 2], p, c.s[k]);
       }
+      const __m256i corr = _mm256_madd_epi16(c.coef, load256(q8.bsums));
+      __m256i total = _mm256_add_epi32(isum[0], isum[1]);
+      if constexpr (has_min<B>) {
+        acc_min[t] = fmadd(_mm256_set1_ps(-c.dmin * q8.d), _mm256_cvtepi32_ps(corr), acc_min[t]);
+      } else {
+        total = _mm256_sub_epi32(total, _mm256_slli_epi32(corr, offset_shift<B>));
+      }
+      acc[t] = fmadd(_mm256_set1_ps(c.d * q8.d), _mm256_cvtepi32_ps(total), acc[t]);
     }
-    const __m256i offset = _mm256_madd_epi16(sc16, load256(q8.bsums));
-    const __m256i isum_all = _mm256_sub_epi32(_mm256_add_epi32(isum[0], isum[1]), _mm256_slli_epi32(offset, 5));
-    acc = fmadd(_mm256_set1_ps(h2f(b.d) * q8.d), _mm256_cvtepi32_ps(isum_all), acc);
   }
-  return hsum(acc);
+  for (std::size_t t = 0; t < NT; ++t) out[t] = hsum(has_min<B> ? _mm256_add_ps(acc[t], acc_min[t]) : acc[t]);
 }
 
-template <class Isa> inline float dot(const block_q2_K* w, const block_q8_K* a, std::size_t nb) noexcept { return dot_q2_K<Isa>(w, a, nb); }
-template <class Isa> inline float dot(const block_q3_K* w, const block_q8_K* a, std::size_t nb) noexcept { return dot_q3_K<Isa>(w, a, nb); }
-template <class Isa> inline float dot(const block_q4_K* w, const block_q8_K* a, std::size_t nb) noexcept { return dot_q45_K<Isa, false>(w, a, nb); }
-template <class Isa> inline float dot(const block_q5_K* w, const block_q8_K* a, std::size_t nb) noexcept { return dot_q45_K<Isa, true>(w, a, nb); }
-template <class Isa> inline float dot(const block_q6_K* w, const block_q8_K* a, std::size_t nb) noexcept { return dot_q6_K<Isa>(w, a, nb); }
+template <class Isa, class B>
+inline float dot(const B* w, const block_q8_K* a, std::size_t nb) noexcept {
+  float r;
+  dot_tokens<Isa, 1>(w, a, nb, 0, &r);
+  return r;
+}
 
 }  // namespace detail::kq
 
@@ -310,10 +335,43 @@ inline float vec_dot(const B* w, const block_q8_K* a, std::size_t n) {
   detail::check_n(n, "vec_dot");
   return detail::kq::dot<detail::kq::best_isa>(w, a, n / qk_k);
 }
+
+/// One weight row against several tokens: out[t * out_stride] =
+/// vec_dot(w, a + t * n / 256, n) for t < n_tokens, bit for bit, with each
+/// weight block unpacked once per group of up to vec_dot_group tokens
+/// (prefill's inner loop: about 3x fewer instructions per token than
+/// separate vec_dots).
+inline constexpr std::size_t vec_dot_group = 4;
+template <weight_block B>
+inline void vec_dot_tokens(const B* w, const block_q8_K* a, std::size_t n, std::size_t n_tokens, float* out,
+                           std::size_t out_stride) {
+  detail::check_n(n, "vec_dot_tokens");
+  const std::size_t nb = n / qk_k;
+  using isa = detail::kq::best_isa;
+  float r[vec_dot_group];
+  std::size_t t = 0;
+  for (; t + vec_dot_group <= n_tokens; t += vec_dot_group) {
+    detail::kq::dot_tokens<isa, vec_dot_group>(w, a + t * nb, nb, nb, r);
+    for (std::size_t i = 0; i < vec_dot_group; ++i) out[(t + i) * out_stride] = r[i];
+  }
+  const std::size_t rest = n_tokens - t;
+  static_assert(vec_dot_group == 4);
+  if (rest == 3) detail::kq::dot_tokens<isa, 3>(w, a + t * nb, nb, nb, r);
+  if (rest == 2) detail::kq::dot_tokens<isa, 2>(w, a + t * nb, nb, nb, r);
+  if (rest == 1) detail::kq::dot_tokens<isa, 1>(w, a + t * nb, nb, nb, r);
+  for (std::size_t i = 0; i < rest; ++i) out[(t + i) * out_stride] = r[i];
+}
 #else
 template <weight_block B>
 inline float vec_dot(const B* w, const block_q8_K* a, std::size_t n) {
   return ref::vec_dot(w, a, n);
+}
+inline constexpr std::size_t vec_dot_group = 1;
+template <weight_block B>
+inline void vec_dot_tokens(const B* w, const block_q8_K* a, std::size_t n, std::size_t n_tokens, float* out,
+                           std::size_t out_stride) {
+  detail::check_n(n, "vec_dot_tokens");
+  for (std::size_t t = 0; t < n_tokens; ++t) out[t * out_stride] = ref::vec_dot(w, a + t * (n / qk_k), n);
 }
 #endif
 
