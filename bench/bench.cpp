@@ -1,0 +1,575 @@
+// kestrel-bench: prompt-processing and text-generation speed, with
+// llama-bench's flags, tests and JSON field names, plus what llama-bench does
+// not have: a read-bandwidth probe and int8 / f32 compute-peak probes run in
+// the same process, each test's bound (tokens/s the hardware allows) and
+// bound ratio, and the peak RSS against file size + KV cache.
+//
+//   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-r 5] [-o md|json|jsonl] [--no-warmup]
+//
+// The tests are llama-bench's: pp<P> prefills P tokens (the first BOS when
+// the vocabulary adds one, the rest random) into an empty cache; tg<N>
+// decodes N tokens one at a time from an empty cache, the first BOS, the
+// others random (no sampling, as llama-bench). A warm-up run (the full
+// prompt for pp, one token for tg) precedes the r timed repetitions.
+//
+// Bounds: decode reads every weight matrix once per token (the embedding
+// row is negligible), so tg's bound is read bandwidth / those bytes. Prefill
+// does 2 ops per weight per token (the output matrix only for the last
+// token; attention not counted), so pp's bound is peak / ops per token, with
+// the int8 peak (vpdpbusd) for quantized files and the f32 FMA peak for
+// float files (f32, f16, bf16).
+// g++ 12 reports its own AVX-512 intrinsics' `__Y` placeholders (undefined
+// vectors) as uninitialized once inlined; a known false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "../examples/common/cli.hpp"
+#include "common.hpp"
+#include "kestrel/quant/mix.hpp"
+
+namespace {
+
+using kestrel::bench::json_string;
+
+const char* usage =
+    "usage: kestrel-bench [options]\n"
+    "  -m, --model FILE        model file; repeatable or comma-separated\n"
+    "  -t, --threads N,...     thread counts (default: all hardware threads)\n"
+    "  -p, --n-prompt N,...    prompt tokens of the pp tests; 0 skips (default: 512)\n"
+    "  -n, --n-gen N,...       generated tokens of the tg tests; 0 skips (default: 128)\n"
+    "  -r, --repetitions N     timed repetitions per test (default: 5)\n"
+    "  -o, --output md|json|jsonl  (default: md)\n"
+    "  --no-warmup             skip the warm-up run\n";
+
+[[noreturn]] void die(const std::string& msg) {
+  std::fprintf(stderr, "error: %s\n", msg.c_str());
+  std::exit(1);
+}
+
+std::vector<std::string> split(std::string_view s) {
+  std::vector<std::string> out;
+  std::size_t at = 0;
+  while (true) {
+    const std::size_t c = s.find(',', at);
+    out.emplace_back(s.substr(at, c == std::string_view::npos ? std::string_view::npos : c - at));
+    if (c == std::string_view::npos) break;
+    at = c + 1;
+  }
+  return out;
+}
+
+std::vector<long> numbers(std::string_view flag, std::string_view s, long min) {
+  std::vector<long> out;
+  for (const auto& x : split(s)) {
+    const long v = kestrel::cli::parse_number<long>(flag, x);
+    if (v < min) die(std::string(flag) + " values must be >= " + std::to_string(min) + ", got " + x);
+    out.push_back(v);
+  }
+  return out;
+}
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+std::uint64_t now_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+template <class T>
+double mean(const std::vector<T>& v) {
+  double s = 0;
+  for (T x : v) s += static_cast<double>(x);
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+template <class T>
+double stddev(const std::vector<T>& v) {  // sample standard deviation, as llama-bench
+  if (v.size() < 2) return 0;
+  const double m = mean(v);
+  double s = 0;
+  for (T x : v) s += (static_cast<double>(x) - m) * (static_cast<double>(x) - m);
+  return std::sqrt(s / static_cast<double>(v.size() - 1));
+}
+
+template <class T>
+std::string json_list(const std::vector<T>& v, const char* fmt) {
+  std::string s = "[";
+  char buf[64];
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    std::snprintf(buf, sizeof buf, fmt, v[i]);
+    s += (i ? ", " : "") + std::string(buf);
+  }
+  return s + "]";
+}
+
+// ---- probes ----------------------------------------------------------------
+
+/// Runs f(thread index) on n threads at once (started together) and returns
+/// the wall time of the slowest.
+template <class F>
+double on_threads(std::size_t n, F f) {
+  std::atomic<std::size_t> ready{0};
+  std::atomic<bool> go{false};
+  std::vector<std::thread> ts;
+  for (std::size_t i = 0; i < n; ++i)
+    ts.emplace_back([&, i] {
+      ready.fetch_add(1);
+      while (!go.load(std::memory_order_acquire)) {
+      }
+      f(i);
+    });
+  while (ready.load() != n) {
+  }
+  const double t0 = now_s();
+  go.store(true, std::memory_order_release);
+  for (auto& t : ts) t.join();
+  return now_s() - t0;
+}
+
+__attribute__((target("avx512f"))) float sum_avx512(const float* p, std::size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (std::size_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_load_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_load_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_load_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_load_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+float sum_scalar(const float* p, std::size_t n) {
+  float a[8] = {};
+  for (std::size_t i = 0; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += p[i + j];
+  return a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7];
+}
+
+bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
+bool has_vnni() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"); }
+
+struct bandwidth_probe {
+  std::size_t n_threads = 0, bytes = 0;
+  std::vector<double> samples_gbps;
+  double gbps = 0;  // median
+};
+
+/// A streaming read of a 1 GiB buffer, split among the threads; GB/s
+/// (1e9 bytes), median of 7 runs after one untimed pass.
+bandwidth_probe probe_bandwidth(std::size_t n_threads) {
+  bandwidth_probe r;
+  r.n_threads = n_threads;
+  r.bytes = std::size_t{1} << 30;
+  const std::size_t n = r.bytes / sizeof(float);
+  auto* buf = static_cast<float*>(std::aligned_alloc(64, r.bytes));
+  if (!buf) die("cannot allocate the 1 GiB bandwidth probe buffer");
+  // Each thread writes its own slice first (first touch places the pages).
+  const std::size_t per = n / n_threads / 64 * 64;
+  on_threads(n_threads, [&](std::size_t t) {
+    for (std::size_t i = t * per; i < (t + 1) * per; ++i) buf[i] = 1.0f;
+  });
+  std::vector<float> sink(n_threads);
+  const bool simd = has_avx512();
+  for (int run = 0; run < 8; ++run) {
+    const double s = on_threads(n_threads, [&](std::size_t t) {
+      sink[t] += simd ? sum_avx512(buf + t * per, per) : sum_scalar(buf + t * per, per);
+    });
+    if (run > 0) r.samples_gbps.push_back(static_cast<double>(per * n_threads * sizeof(float)) / s / 1e9);
+  }
+  std::free(buf);
+  if (sink[0] == 0.5f) std::fprintf(stderr, " ");  // keeps the sums alive
+  r.gbps = kestrel::bench::median(r.samples_gbps);
+  return r;
+}
+
+constexpr long peak_iters = 20'000'000;
+
+/// 12 independent vpdpbusd chains per thread: 12 * 64 u8 x s8 products,
+/// 2 ops each (multiply, add), per iteration.
+__attribute__((target("avx512f,avx512vnni"))) std::int32_t vnni_loop(long iters) {
+  __m512i a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_epi32(j);
+  __m512i x = _mm512_set1_epi8(1), y = _mm512_set1_epi8(-1);
+  for (long i = 0; i < iters; ++i) {
+    asm volatile("" : "+v"(x), "+v"(y));
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_dpbusd_epi32(a[j], x, y);
+  }
+  __m512i s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_epi32(s, a[j]);
+  return _mm512_reduce_add_epi32(s);
+}
+
+/// 12 independent FMA chains per thread: 12 * 16 multiply-adds per iteration.
+__attribute__((target("avx512f"))) float fma_loop(long iters) {
+  __m512 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(static_cast<float>(j));
+  __m512 x = _mm512_set1_ps(0.999f), y = _mm512_set1_ps(0.001f);
+  for (long i = 0; i < iters; ++i) {
+    asm volatile("" : "+v"(x), "+v"(y));
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], x, y);
+  }
+  __m512 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
+  return _mm512_reduce_add_ps(s);
+}
+
+struct compute_probe {
+  std::size_t n_threads = 0;
+  double int8_gops = 0, f32_gflops = 0;  // medians of 3
+};
+
+compute_probe probe_compute(std::size_t n_threads) {
+  compute_probe r;
+  r.n_threads = n_threads;
+  const double total_iters = static_cast<double>(peak_iters) * static_cast<double>(n_threads);
+  std::vector<double> s8, s32;
+  std::atomic<long> sink{0};
+  for (int run = 0; run < 3; ++run) {
+    if (has_vnni()) {
+      const double t = on_threads(n_threads, [&](std::size_t) { sink += vnni_loop(peak_iters); });
+      s8.push_back(total_iters * 12 * 64 * 2 / t / 1e9);
+    }
+    if (has_avx512()) {
+      const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(fma_loop(peak_iters)); });
+      s32.push_back(total_iters * 12 * 16 * 2 / t / 1e9);
+    }
+  }
+  if (sink.load() == 42) std::fprintf(stderr, " ");
+  r.int8_gops = kestrel::bench::median(s8);
+  r.f32_gflops = kestrel::bench::median(s32);
+  return r;
+}
+
+// ---- the model's facts -------------------------------------------------------
+
+struct model_facts {
+  std::string type;             // llama-bench's model_type: "llama 1.1B Q4_0"
+  std::uint64_t size = 0;       // bytes of all tensors (llama-bench's model_size)
+  std::uint64_t n_params = 0;   // elements of all tensors
+  std::uint64_t file_size = 0;
+  std::uint64_t decode_bytes = 0;   // weight bytes read per decoded token
+  std::uint64_t layer_params = 0;   // elements of the layers' matrices
+  std::uint64_t output_params = 0;  // elements of the output matrix
+  bool quantized = false;
+  std::string ftype;
+};
+
+std::uint64_t matrix_elems(const kestrel::weight_view& w) { return static_cast<std::uint64_t>(w.rows) * w.cols; }
+
+std::string params_label(std::uint64_t n) {
+  char buf[32];
+  if (n >= 1'000'000'000) std::snprintf(buf, sizeof buf, "%.1fB", static_cast<double>(n) / 1e9);
+  else std::snprintf(buf, sizeof buf, "%.0fM", static_cast<double>(n) / 1e6);
+  return buf;
+}
+
+model_facts facts_of(const kestrel::model_file& f) {
+  model_facts m;
+  const auto& w = f.weights;
+  std::error_code ec;
+  m.file_size = std::filesystem::is_directory(f.path, ec) ? 0 : std::filesystem::file_size(f.path, ec);
+  std::uint64_t mat_bytes = 0;
+  std::size_t quant_bytes = 0, float_bytes = 0;
+  auto add_layer_matrix = [&](const kestrel::weight_view& v) {
+    if (!v.data) return;
+    m.layer_params += matrix_elems(v);
+    mat_bytes += v.bytes();
+    (kestrel::is_quantized(v.type) ? quant_bytes : float_bytes) += v.bytes();
+  };
+  for (const auto& L : w.layers)
+    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) add_layer_matrix(*v);
+  m.output_params = matrix_elems(w.output);
+  m.decode_bytes = mat_bytes + w.output.bytes();
+  m.quantized = quant_bytes > float_bytes;
+  if (f.gguf) {
+    for (const auto& t : f.gguf->tensors()) {
+      m.size += t.size_bytes;
+      m.n_params += t.n_elements();
+    }
+    if (auto ft = f.gguf->get_optional<std::uint32_t>("general.file_type"))
+      for (const auto& e : kestrel::quant::mix_table)
+        if (e.ftype == *ft) m.ftype = e.name;
+  } else {
+    m.size = m.decode_bytes + (w.output.data == w.token_embd.data ? 0 : w.token_embd.bytes());
+    m.n_params = m.layer_params + m.output_params + (w.output.data == w.token_embd.data ? 0 : matrix_elems(w.token_embd));
+  }
+  if (m.ftype.empty()) m.ftype = std::string(kestrel::name_of(w.layers.empty() ? w.output.type : w.layers[0].wq.type));
+  m.type = std::string(kestrel::name_of(w.hparams.arch)) + " " + params_label(m.n_params) + " " + m.ftype;
+  return m;
+}
+
+// ---- memory ------------------------------------------------------------------
+
+/// Resets the peak RSS (VmHWM) to the current RSS (Linux >= 4.0).
+void reset_peak_rss() {
+  std::ofstream f("/proc/self/clear_refs");
+  f << "5";
+}
+
+std::uint64_t peak_rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("VmHWM:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  return 0;
+}
+
+/// The commit of the checkout the binary was built in (build directories
+/// live inside it), or of the source file's; "unknown" outside a checkout.
+std::string build_commit() {
+  std::error_code ec;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  for (const auto& dir : {exe.parent_path(), std::filesystem::absolute(__FILE__, ec).parent_path()}) {
+    if (dir.empty()) continue;
+    const std::string cmd = "git -C '" + dir.string() + "' rev-parse --short HEAD 2>/dev/null";
+    std::string out;
+    if (FILE* p = popen(cmd.c_str(), "r")) {
+      char buf[64];
+      while (std::fgets(buf, sizeof buf, p)) out += buf;
+      pclose(p);
+    }
+    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+    if (!out.empty()) return out;
+  }
+  return "unknown";
+}
+
+std::string utc_now() {
+  char buf[64];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(buf, sizeof buf, "%FT%TZ", std::gmtime(&t));
+  return buf;
+}
+
+// ---- tests -------------------------------------------------------------------
+
+struct result {
+  std::string model_filename;
+  model_facts facts;
+  std::size_t n_threads = 0, n_prompt = 0, n_gen = 0;
+  std::string test_time;
+  std::vector<std::uint64_t> samples_ns;
+  std::vector<double> samples_ts;
+  double bound_ts = 0;
+  std::uint64_t peak_rss = 0, kv_bytes = 0;
+};
+
+struct printer {
+  std::string format, commit;
+  bool first = true;
+
+  void begin() {
+    if (format == "json") std::printf("[\n");
+    if (format == "md") std::printf("build_commit: %s\n\n", commit.c_str());
+  }
+  void object(const std::string& body) {
+    if (format == "json") {
+      std::printf("%s  {%s}", first ? "" : ",\n", body.c_str());
+    } else if (format == "jsonl") {
+      std::printf("{%s}\n", body.c_str());
+    }
+    first = false;
+    std::fflush(stdout);
+  }
+  void bandwidth(const bandwidth_probe& b) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "\"probe\": \"read_bandwidth\", \"build_commit\": \"%s\", \"n_threads\": %zu, \"buffer_bytes\": %zu, "
+                  "\"gbps\": %.2f, \"samples_gbps\": ",
+                  commit.c_str(), b.n_threads, b.bytes, b.gbps);
+    if (format == "md")
+      std::printf("probe: read bandwidth, %zu threads: %.1f GB/s (median of %zu, 1 GiB)\n", b.n_threads, b.gbps,
+                  b.samples_gbps.size());
+    else
+      object(buf + json_list(b.samples_gbps, "%.2f"));
+  }
+  void compute(const compute_probe& c) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf,
+                  "\"probe\": \"compute_peak\", \"build_commit\": \"%s\", \"n_threads\": %zu, \"int8_gops\": %.1f, "
+                  "\"f32_gflops\": %.1f",
+                  commit.c_str(), c.n_threads, c.int8_gops, c.f32_gflops);
+    if (format == "md")
+      std::printf("probe: compute peak, %zu threads: int8 vpdpbusd %.0f GOP/s, f32 FMA %.0f GFLOP/s\n", c.n_threads,
+                  c.int8_gops, c.f32_gflops);
+    else
+      object(buf);
+  }
+  bool md_header = false;
+  void test(const result& r) {
+    const double avg_ts = mean(r.samples_ts), sd_ts = stddev(r.samples_ts);
+    const double ratio = r.bound_ts > 0 ? avg_ts / r.bound_ts : 0;
+    if (format == "md") {
+      if (!md_header) {
+        std::printf("\n| model | size | params | threads | test | t/s | bound t/s | bound ratio | peak RSS | file + KV |\n"
+                    "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+        md_header = true;
+      }
+      const std::string test = r.n_prompt ? "pp" + std::to_string(r.n_prompt) : "tg" + std::to_string(r.n_gen);
+      std::printf("| %s | %.2f MiB | %.2f M | %zu | %s | %.2f ± %.2f | %.2f | %.3f | %.1f MiB | %.1f MiB |\n",
+                  r.facts.type.c_str(), static_cast<double>(r.facts.size) / (1 << 20),
+                  static_cast<double>(r.facts.n_params) / 1e6, r.n_threads, test.c_str(), avg_ts, sd_ts, r.bound_ts,
+                  ratio, static_cast<double>(r.peak_rss) / (1 << 20),
+                  static_cast<double>(r.facts.file_size + r.kv_bytes) / (1 << 20));
+      std::fflush(stdout);
+      return;
+    }
+    std::vector<std::uint64_t> ns = r.samples_ns;
+    char buf[2048];
+    std::snprintf(
+        buf, sizeof buf,
+        "\"build_commit\": \"%s\", \"model_filename\": %s, \"model_type\": %s, \"model_size\": %llu, "
+        "\"model_n_params\": %llu, \"n_threads\": %zu, \"n_prompt\": %zu, \"n_gen\": %zu, \"test_time\": \"%s\", "
+        "\"avg_ns\": %.0f, \"stddev_ns\": %.0f, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"bound_ts\": %.6f, "
+        "\"bound_ratio\": %.4f, \"peak_rss_bytes\": %llu, \"file_size\": %llu, \"kv_cache_bytes\": %llu, "
+        "\"decode_bytes_per_token\": %llu, ",
+        commit.c_str(), json_string(r.model_filename).c_str(), json_string(r.facts.type).c_str(),
+        static_cast<unsigned long long>(r.facts.size), static_cast<unsigned long long>(r.facts.n_params), r.n_threads,
+        r.n_prompt, r.n_gen, r.test_time.c_str(), std::floor(mean(ns)), std::floor(stddev(ns)), avg_ts, sd_ts,
+        r.bound_ts, ratio, static_cast<unsigned long long>(r.peak_rss),
+        static_cast<unsigned long long>(r.facts.file_size), static_cast<unsigned long long>(r.kv_bytes),
+        static_cast<unsigned long long>(r.facts.decode_bytes));
+    object(std::string(buf) + "\"samples_ns\": " + json_list(ns, "%llu") +
+           ", \"samples_ts\": " + json_list(r.samples_ts, "%.6f"));
+  }
+  void end() {
+    if (format == "json") std::printf("\n]\n");
+    std::fflush(stdout);
+  }
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> models;
+  std::vector<long> threads{static_cast<long>(std::max(1u, std::thread::hardware_concurrency()))};
+  std::vector<long> prompts{512}, gens{128};
+  long reps = 5;
+  bool warmup = true;
+  std::string format = "md";
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) die(std::string(a) + " needs a value");
+      return argv[++i];
+    };
+    if (a == "-h" || a == "--help") {
+      std::printf("%s", usage);
+      return 0;
+    } else if (a == "-m" || a == "--model") {
+      for (auto& m : split(value()))
+        if (!m.empty()) models.push_back(m);
+    } else if (a == "-t" || a == "--threads") threads = numbers(a, value(), 1);
+    else if (a == "-p" || a == "--n-prompt") prompts = numbers(a, value(), 0);
+    else if (a == "-n" || a == "--n-gen") gens = numbers(a, value(), 0);
+    else if (a == "-r" || a == "--repetitions") reps = kestrel::cli::parse_number<long>(a, value());
+    else if (a == "-o" || a == "--output") format = std::string(value());
+    else if (a == "--no-warmup") warmup = false;
+    else {
+      std::fprintf(stderr, "error: unknown argument '%s'\n%s", argv[i], usage);
+      return 1;
+    }
+  }
+  if (models.empty()) die("no model given (-m FILE)");
+  if (reps < 1) die("-r must be >= 1");
+  if (format != "md" && format != "json" && format != "jsonl") die("-o must be md, json or jsonl, got " + format);
+
+  printer out{format, build_commit()};
+  out.begin();
+  // Probes first, once per thread count, while no model is resident.
+  std::vector<std::pair<bandwidth_probe, compute_probe>> probes;
+  for (long t : threads) {
+    probes.emplace_back(probe_bandwidth(static_cast<std::size_t>(t)), probe_compute(static_cast<std::size_t>(t)));
+    out.bandwidth(probes.back().first);
+    out.compute(probes.back().second);
+  }
+
+  std::mt19937 rng(1234);
+  try {
+    for (const auto& path : models) {
+      const auto file = kestrel::load_model_file(path);
+      const model_facts facts = facts_of(file);
+      const auto& hp = file.weights.hparams;
+      const std::size_t n_vocab = hp.n_vocab;
+      const bool add_bos = file.tokenizer.add_bos();
+      const kestrel::token_id bos = file.tokenizer.bos();
+      auto random_token = [&] { return static_cast<kestrel::token_id>(rng() % n_vocab); };
+      for (std::size_t ti = 0; ti < threads.size(); ++ti) {
+        const std::size_t n_threads = static_cast<std::size_t>(threads[ti]);
+        const auto& [bw, peak] = probes[ti];
+        std::vector<std::pair<std::size_t, std::size_t>> tests;
+        for (long p : prompts)
+          if (p > 0) tests.emplace_back(static_cast<std::size_t>(p), 0);
+        for (long n : gens)
+          if (n > 0) tests.emplace_back(0, static_cast<std::size_t>(n));
+        for (const auto& [n_prompt, n_gen] : tests) {
+          result r;
+          r.model_filename = path;
+          r.facts = facts;
+          r.n_threads = n_threads;
+          r.n_prompt = n_prompt;
+          r.n_gen = n_gen;
+          r.test_time = utc_now();
+          const std::size_t n_ctx = n_prompt + n_gen;
+          r.kv_bytes = 2ull * hp.n_layer * n_ctx * hp.kv_dim() * sizeof(float);
+          reset_peak_rss();
+          kestrel::llama_model<> model(file.weights, n_ctx, kestrel::cpu_backend(n_threads));
+          std::vector<kestrel::token_id> prompt(n_prompt);
+          auto run_prompt = [&] {
+            for (std::size_t i = 0; i < n_prompt; ++i) prompt[i] = i == 0 && add_bos ? bos : random_token();
+            model.prefill(prompt);
+          };
+          auto run_gen = [&](std::size_t n) {
+            kestrel::token_id t = add_bos ? bos : random_token();
+            for (std::size_t i = 0; i < n; ++i) {
+              model.decode(t);
+              t = random_token();
+            }
+          };
+          if (warmup) {
+            if (n_prompt) run_prompt();
+            if (n_gen) run_gen(1);
+          }
+          for (long rep = 0; rep < reps; ++rep) {
+            model.reset();
+            const std::uint64_t t0 = now_ns();
+            if (n_prompt) run_prompt();
+            if (n_gen) run_gen(n_gen);
+            const std::uint64_t ns = now_ns() - t0;
+            r.samples_ns.push_back(ns);
+            r.samples_ts.push_back(1e9 * static_cast<double>(n_prompt + n_gen) / static_cast<double>(ns));
+          }
+          r.peak_rss = peak_rss_bytes();
+          if (n_prompt) {
+            const double ops_per_token = 2.0 * static_cast<double>(facts.layer_params) +
+                                         2.0 * static_cast<double>(facts.output_params) / static_cast<double>(n_prompt);
+            const double peak_ops = (facts.quantized ? peak.int8_gops : peak.f32_gflops) * 1e9;
+            r.bound_ts = peak_ops / ops_per_token;
+          } else {
+            r.bound_ts = bw.gbps * 1e9 / static_cast<double>(facts.decode_bytes);
+          }
+          out.test(r);
+        }
+      }
+    }
+  } catch (const std::exception& e) {
+    die(e.what());
+  }
+  out.end();
+}

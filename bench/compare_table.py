@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""compare_table.py KESTREL.jsonl LLAMA.jsonl: the table of compare_llama.sh.
+
+Both files hold -o jsonl lines (kestrel-bench's also its probe lines). Per
+(model file, test) it averages avg_ts over the rounds of each program and
+prints tokens/s, the ratio kestrel / llama.cpp, the bound kestrel-bench
+computed for that test and both programs' ratios to it.
+"""
+import json
+import os
+import sys
+from collections import defaultdict
+
+
+def read(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip().startswith("{")]
+
+
+def mean(xs):
+    return sum(xs) / len(xs) if xs else float("nan")
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    kestrel, llama = read(sys.argv[1]), read(sys.argv[2])
+    bw = [p["gbps"] for p in kestrel if p.get("probe") == "read_bandwidth"]
+    peaks = [p for p in kestrel if p.get("probe") == "compute_peak"]
+    ts = defaultdict(lambda: {"k": [], "l": [], "bound": [], "type": "", "rss": [], "limit": 0})
+    order = []
+
+    def key(r):
+        test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+        return (os.path.basename(r["model_filename"]), test)
+
+    for r in kestrel:
+        if "probe" in r:
+            continue
+        k = key(r)
+        if k not in ts:
+            order.append(k)
+        e = ts[k]
+        e["k"].append(r["avg_ts"])
+        e["bound"].append(r["bound_ts"])
+        e["type"] = r["model_type"]
+        e["rss"].append(r["peak_rss_bytes"])
+        e["limit"] = r["file_size"] + r["kv_cache_bytes"] + (64 << 20)
+    for r in llama:
+        k = key(r)
+        if k not in ts:
+            order.append(k)
+        ts[k]["l"].append(r["avg_ts"])
+
+    if bw:
+        print(f"read bandwidth: {min(bw):.1f} .. {max(bw):.1f} GB/s over {len(bw)} probes (median of 7 each)")
+    if peaks:
+        print("int8 peak: %.0f .. %.0f GOP/s, f32 peak: %.0f .. %.0f GFLOP/s" % (
+            min(p["int8_gops"] for p in peaks), max(p["int8_gops"] for p in peaks),
+            min(p["f32_gflops"] for p in peaks), max(p["f32_gflops"] for p in peaks)))
+    print()
+    print("| file | model | test | kestrel t/s | llama.cpp t/s | kestrel / llama.cpp | bound t/s | kestrel / bound | llama.cpp / bound | kestrel peak RSS MiB (limit) |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    for k in order:
+        e = ts[k]
+        kt, lt, b = mean(e["k"]), mean(e["l"]), mean(e["bound"])
+        rss = max(e["rss"]) / 2**20 if e["rss"] else float("nan")
+        print(f"| {k[0]} | {e['type']} | {k[1]} | {kt:.2f} | {lt:.2f} | {kt / lt:.2f} | {b:.1f} | {kt / b:.2f} | {lt / b:.2f} | {rss:.0f} ({e['limit'] / 2**20:.0f}) |")
+
+
+if __name__ == "__main__":
+    main()
