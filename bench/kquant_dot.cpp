@@ -170,10 +170,15 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
         [&] { kestrel::cpu::matmul(view, x.data(), T, y.data(), nullptr); },
     });
     const double macs = double(R) * double(C) * double(T);
+    char rows_outer[96] = "\"ms_rows_outer\":null,";  // legacy types have no token groups
+    if (qk == 256) std::snprintf(rows_outer, sizeof rows_outer, "\"ms_rows_outer\":%.2f,", m[1]);
+    char vs_rows_outer[96] = "\"matmul_vs_rows_outer\":null,";
+    if (qk == 256) std::snprintf(vs_rows_outer, sizeof vs_rows_outer, "\"matmul_vs_rows_outer\":%.2f,", m[1] / m[2]);
     std::printf("{\"bench\":\"kquant_dot\",\"type\":\"%s\",\"test\":\"matmul\",\"rows\":%zu,\"cols\":%zu,"
-                "\"n_tokens\":%zu,\"ms_rowwise\":%.2f,\"ms_rows_outer\":%.2f,\"ms_matmul\":%.2f,\"gmacs_rowwise\":%.2f,"
-                "\"gmacs_matmul\":%.2f,\"matmul_vs_rowwise\":%.2f,\"matmul_vs_rows_outer\":%.2f,\"repeats\":%d}\n",
-                name, R, C, T, m[0], m[1], m[2], macs / m[0] / 1e6, macs / m[2] / 1e6, m[0] / m[2], m[1] / m[2], repeats);
+                "\"n_tokens\":%zu,\"ms_rowwise\":%.2f,%s\"ms_matmul\":%.2f,\"gmacs_rowwise\":%.2f,"
+                "\"gmacs_matmul\":%.2f,\"matmul_vs_rowwise\":%.2f,%s\"repeats\":%d}\n",
+                name, R, C, T, m[0], rows_outer, m[2], macs / m[0] / 1e6, macs / m[2] / 1e6, m[0] / m[2], vs_rows_outer,
+                repeats);
     std::fflush(stdout);
   }
 }
