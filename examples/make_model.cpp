@@ -19,7 +19,7 @@ namespace {
 
 const char* usage =
     "usage: kestrel-make-model --arch llama --n-embd N --n-layer N --n-head N --n-ff N --vocab VOCAB.gguf -o OUT.gguf [options]\n"
-    "  --arch A          architecture (llama)\n"
+    "  --arch A          architecture: llama, qwen2, phi3 or gpt2\n"
     "  --n-embd N        embedding width          --n-layer N   blocks\n"
     "  --n-head N        query heads              --n-head-kv N KV heads (default: n_head)\n"
     "  --n-ff N          feed-forward width\n"

@@ -87,8 +87,8 @@ check("make-model --tied --type q8_0", r.returncode == 0 and open(a, "rb").read(
 fails_with("make-model: n_embd not a multiple of n_head",
            run([exe["make-model"], *shape[:7], "7", *shape[8:], "-o", os.path.join(tmp, "x.gguf")]),
            "--n-embd 256 is not a multiple of --n-head 7")
-fails_with("make-model: unsupported arch", run([exe["make-model"], "--arch", "gpt2", *shape[2:], "-o", os.path.join(tmp, "x.gguf")]),
-           "--arch gpt2 is not supported")
+fails_with("make-model: unsupported arch", run([exe["make-model"], "--arch", "mamba", *shape[2:], "-o", os.path.join(tmp, "x.gguf")]),
+           "--arch mamba is not supported")
 novocab = os.path.join(tmp, "novocab.gguf")
 with open(novocab, "wb") as f:  # a valid GGUF v3 with no metadata and no tensors
     f.write(b"GGUF" + (3).to_bytes(4, "little") + (0).to_bytes(8, "little") + (0).to_bytes(8, "little"))

@@ -282,9 +282,13 @@ TEST_CASE("make-model: --tied, quantized mixes, and bad parameters") {
   CHECK(kestrel::test::invalid_argument_message([&] { io::write_random_model(bad, vocab, dir / "x.gguf", nullptr); })
             .find("--n-embd 256 is not a multiple of --n-head 7") != std::string::npos);
   bad = p;
-  bad.arch = "qwen2";
+  bad.arch = "mamba";
   CHECK(kestrel::test::invalid_argument_message([&] { io::write_random_model(bad, vocab, dir / "x.gguf", nullptr); })
-            .find("--arch qwen2 is not supported") != std::string::npos);
+            .find("--arch mamba is not supported") != std::string::npos);
+  bad = p;
+  bad.arch = "gpt2";  // no grouped-query attention in gpt2
+  CHECK(kestrel::test::invalid_argument_message([&] { io::write_random_model(bad, vocab, dir / "x.gguf", nullptr); })
+            .find("--n-head-kv must equal --n-head") != std::string::npos);
   bad = p;
   bad.type = "q7_0";
   CHECK(kestrel::test::invalid_argument_message([&] { io::write_random_model(bad, vocab, dir / "x.gguf", nullptr); })
@@ -297,4 +301,43 @@ TEST_CASE("make-model: --tied, quantized mixes, and bad parameters") {
   });
   CHECK(msg.find("no tokenizer metadata") != std::string::npos);
   CHECK_FALSE(std::filesystem::exists(dir / "x.gguf"));
+}
+
+TEST_CASE("make-model: qwen2, phi3 and gpt2 files load as their architecture and run, decode == prefill") {
+  auto vocab_path = kestrel::test::fixture("gguf/stories260K.gguf");
+  if (!vocab_path) return;
+  const io::gguf_file vocab(*vocab_path);
+  const auto dir = kestrel::test::scratch_dir("tools-make-model-arch");
+  for (const char* arch : {"qwen2", "phi3", "gpt2"}) {
+    INFO("arch " << arch);
+    auto p = small_llama();
+    p.arch = arch;
+    if (p.arch == "gpt2") p.n_head_kv = p.n_head;
+    const auto path = dir / (std::string(arch) + ".gguf");
+    io::write_random_model(p, vocab, path, nullptr);
+    auto file = kestrel::load_model_file(path);
+    const auto& hp = file.weights.hparams;
+    CHECK(std::string(kestrel::name_of(hp.arch)) == arch);
+    CHECK(hp.n_ff == 512);
+    kestrel::llama_model<> model(file.weights, 64, kestrel::cpu_backend(2));
+    const auto tokens = file.tokenizer.encode("Once upon a time there was a big dog.", true);
+    const auto all = model.prefill_all_logits(tokens);
+    const std::size_t V = model.n_vocab(), n = tokens.size();
+    for (float v : all) REQUIRE(std::isfinite(v));
+    const auto [mean, sd] = moments(std::span<const float>(all.data() + (n - 1) * V, V));
+    CHECK(sd > 1.0);
+    CHECK(sd < 6.0);
+    // Decode after a one-token prefill gives the prefill's rows: the same
+    // arithmetic on the same values up to summation order (the matmul and
+    // matvec kernels block differently), so within a few float32 roundings
+    // of the logit scale (|logit| < 20 here): 1e-4 absolute.
+    model.reset();
+    auto row = model.prefill(std::span(tokens).first(1));
+    double worst = 0;
+    for (std::size_t t = 0; t < n; ++t) {
+      if (t) row = model.decode(tokens[t]);
+      for (std::size_t j = 0; j < V; ++j) worst = std::max(worst, std::abs(double(row[j]) - all[t * V + j]));
+    }
+    CHECK(worst < 1e-4);
+  }
 }

@@ -20,8 +20,9 @@
 // layers; the classifier (and embedding) has std logit_std/sqrt(n_embd),
 // giving logits of std ~logit_std after the final RMS norm. Norm weights are 1.
 //
-// Architectures are rows of arch_specs (a hyperparameter writer and a
-// tensor list); only llama is there so far.
+// Architectures are rows of random_arch_specs (a hyperparameter writer and a
+// tensor list): llama, qwen2, phi3 and gpt2, with the tensors llama.cpp's
+// loaders expect for each.
 #pragma once
 
 #include <cmath>
@@ -127,43 +128,115 @@ inline void check_decoder(const random_model_params& p) {
   if (!(p.rope_theta > 0)) throw invalid_argument("--rope-theta must be positive");
 }
 
-inline void llama_hparams(gguf_builder& b, const random_model_params& p, std::size_t n_vocab) {
+/// The <arch>.* keys of a decoder; `rope` false for learned positions (gpt2).
+inline void decoder_hparams(gguf_builder& b, const random_model_params& p, std::size_t n_vocab, const std::string& arch,
+                            bool rope) {
   auto u32 = [](std::size_t v) { return static_cast<std::uint32_t>(v); };
-  b.set("llama.vocab_size", u32(n_vocab));
-  b.set("llama.context_length", u32(p.n_ctx));
-  b.set("llama.embedding_length", u32(p.n_embd));
-  b.set("llama.block_count", u32(p.n_layer));
-  b.set("llama.feed_forward_length", u32(p.n_ff));
-  b.set("llama.rope.dimension_count", u32(p.head_dim()));
-  b.set("llama.attention.head_count", u32(p.n_head));
-  b.set("llama.attention.head_count_kv", u32(p.kv_heads()));
-  b.set("llama.attention.layer_norm_rms_epsilon", p.rms_eps);
-  b.set("llama.rope.freq_base", p.rope_theta);
+  const std::string a = arch + ".";
+  b.set(a + "vocab_size", u32(n_vocab));
+  b.set(a + "context_length", u32(p.n_ctx));
+  b.set(a + "embedding_length", u32(p.n_embd));
+  b.set(a + "block_count", u32(p.n_layer));
+  b.set(a + "feed_forward_length", u32(p.n_ff));
+  b.set(a + "attention.head_count", u32(p.n_head));
+  if (rope) {
+    b.set(a + "rope.dimension_count", u32(p.head_dim()));
+    b.set(a + "attention.head_count_kv", u32(p.kv_heads()));
+    b.set(a + "attention.layer_norm_rms_epsilon", p.rms_eps);
+    b.set(a + "rope.freq_base", p.rope_theta);
+  } else {
+    b.set(a + "attention.layer_norm_epsilon", p.rms_eps);
+  }
 }
 
-inline std::vector<random_tensor_spec> llama_tensors(const random_model_params& p, std::size_t n_vocab) {
+inline void llama_hparams(gguf_builder& b, const random_model_params& p, std::size_t n_vocab) {
+  decoder_hparams(b, p, n_vocab, "llama", true);
+}
+inline void qwen2_hparams(gguf_builder& b, const random_model_params& p, std::size_t n_vocab) {
+  decoder_hparams(b, p, n_vocab, "qwen2", true);
+}
+inline void phi3_hparams(gguf_builder& b, const random_model_params& p, std::size_t n_vocab) {
+  decoder_hparams(b, p, n_vocab, "phi3", true);
+  // llama.cpp requires phi3's window; the whole context is "no window".
+  b.set("phi3.attention.sliding_window", static_cast<std::uint32_t>(p.n_ctx));
+}
+inline void gpt2_hparams(gguf_builder& b, const random_model_params& p, std::size_t n_vocab) {
+  decoder_hparams(b, p, n_vocab, "gpt2", false);
+}
+
+inline void check_gpt2(const random_model_params& p) {
+  check_decoder(p);
+  if (p.kv_heads() != p.n_head) throw invalid_argument("--arch gpt2 has no grouped-query attention: --n-head-kv must equal --n-head");
+}
+
+/// Which parts an architecture's tensor list has (model/config.hpp's table).
+struct decoder_layout {
+  bool qkv_bias = false;      // qwen2: q/k/v biases
+  bool fused = false;         // phi3, gpt2: attn_qkv; phi3 also ffn_up = gate|up
+  bool gelu = false;          // gpt2: up/down MLP with biases, LayerNorm with biases, learned positions
+};
+
+inline std::vector<random_tensor_spec> decoder_tensors(const random_model_params& p, std::size_t n_vocab,
+                                                       decoder_layout k) {
   using u64 = std::uint64_t;
   const u64 d = p.n_embd, kv = p.kv_heads() * p.head_dim(), ff = p.n_ff, v = n_vocab;
   const double in_d = 1.0 / std::sqrt(static_cast<double>(d)), in_ff = 1.0 / std::sqrt(static_cast<double>(ff));
   const double resid = 1.0 / std::sqrt(2.0 * static_cast<double>(p.n_layer));  // writes into the residual stream
   const double cls = p.logit_std * in_d;
+  const double bias = 0.02;  // biases and LayerNorm shifts: small, so they are exercised but do not dominate
   std::vector<random_tensor_spec> t;
   t.push_back({"token_embd.weight", {d, v}, cls});
+  if (k.gelu) t.push_back({"position_embd.weight", {d, p.n_ctx}, 0.1});
   t.push_back({"output_norm.weight", {d}, 0});
+  if (k.gelu) t.push_back({"output_norm.bias", {d}, bias});
   if (!p.tied) t.push_back({"output.weight", {d, v}, cls});
   for (std::size_t l = 0; l < p.n_layer; ++l) {
     const std::string b = "blk." + std::to_string(l) + ".";
     t.push_back({b + "attn_norm.weight", {d}, 0});
-    t.push_back({b + "attn_q.weight", {d, d}, in_d});
-    t.push_back({b + "attn_k.weight", {d, kv}, in_d});
-    t.push_back({b + "attn_v.weight", {d, kv}, in_d});
+    if (k.gelu) t.push_back({b + "attn_norm.bias", {d}, bias});
+    if (k.fused) {
+      t.push_back({b + "attn_qkv.weight", {d, d + 2 * kv}, in_d});
+      if (k.gelu) t.push_back({b + "attn_qkv.bias", {d + 2 * kv}, bias});
+    } else {
+      t.push_back({b + "attn_q.weight", {d, d}, in_d});
+      t.push_back({b + "attn_k.weight", {d, kv}, in_d});
+      t.push_back({b + "attn_v.weight", {d, kv}, in_d});
+      if (k.qkv_bias) {
+        t.push_back({b + "attn_q.bias", {d}, bias});
+        t.push_back({b + "attn_k.bias", {kv}, bias});
+        t.push_back({b + "attn_v.bias", {kv}, bias});
+      }
+    }
     t.push_back({b + "attn_output.weight", {d, d}, in_d * resid});
+    if (k.gelu) t.push_back({b + "attn_output.bias", {d}, bias});
     t.push_back({b + "ffn_norm.weight", {d}, 0});
-    t.push_back({b + "ffn_gate.weight", {d, ff}, in_d});
-    t.push_back({b + "ffn_up.weight", {d, ff}, in_d});
+    if (k.gelu) {
+      t.push_back({b + "ffn_norm.bias", {d}, bias});
+      t.push_back({b + "ffn_up.weight", {d, ff}, in_d});
+      t.push_back({b + "ffn_up.bias", {ff}, bias});
+    } else if (k.fused) {
+      t.push_back({b + "ffn_up.weight", {d, 2 * ff}, in_d});  // gate rows, then up rows
+    } else {
+      t.push_back({b + "ffn_gate.weight", {d, ff}, in_d});
+      t.push_back({b + "ffn_up.weight", {d, ff}, in_d});
+    }
     t.push_back({b + "ffn_down.weight", {ff, d}, in_ff * resid});
+    if (k.gelu) t.push_back({b + "ffn_down.bias", {d}, bias});
   }
   return t;
+}
+
+inline std::vector<random_tensor_spec> llama_tensors(const random_model_params& p, std::size_t n_vocab) {
+  return decoder_tensors(p, n_vocab, {});
+}
+inline std::vector<random_tensor_spec> qwen2_tensors(const random_model_params& p, std::size_t n_vocab) {
+  return decoder_tensors(p, n_vocab, {.qkv_bias = true});
+}
+inline std::vector<random_tensor_spec> phi3_tensors(const random_model_params& p, std::size_t n_vocab) {
+  return decoder_tensors(p, n_vocab, {.fused = true});
+}
+inline std::vector<random_tensor_spec> gpt2_tensors(const random_model_params& p, std::size_t n_vocab) {
+  return decoder_tensors(p, n_vocab, {.fused = true, .gelu = true});
 }
 
 inline std::uint64_t fnv1a(std::string_view s) noexcept {
@@ -178,6 +251,9 @@ inline std::uint64_t fnv1a(std::string_view s) noexcept {
 /// checks, its <arch>.* keys and its tensor list.
 inline const random_arch_spec random_arch_specs[] = {
     {"llama", detail::check_decoder, detail::llama_hparams, detail::llama_tensors},
+    {"qwen2", detail::check_decoder, detail::qwen2_hparams, detail::qwen2_tensors},
+    {"phi3", detail::check_decoder, detail::phi3_hparams, detail::phi3_tensors},
+    {"gpt2", detail::check_gpt2, detail::gpt2_hparams, detail::gpt2_tensors},
 };
 
 inline const random_arch_spec& random_arch(std::string_view name) {

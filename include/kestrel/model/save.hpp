@@ -131,7 +131,10 @@ inline void write_gguf(const llama_weights& w, const std::filesystem::path& path
       b.set(a + "rope.scaling.factor", 1.0f / hp.rope_freq_scale);
     }
   }
-  if (hp.sliding_window) b.set(a + "attention.sliding_window", static_cast<std::uint32_t>(hp.sliding_window));
+  if (hp.sliding_window)
+    b.set(a + "attention.sliding_window", static_cast<std::uint32_t>(hp.sliding_window));
+  else if (hp.arch == model_arch::phi3)  // llama.cpp requires phi3's window; the whole context is "no window"
+    b.set(a + "attention.sliding_window", static_cast<std::uint32_t>(hp.n_ctx_train));
 
   detail::gguf_saver s(b);
   const std::size_t d = hp.n_embd, kv = hp.kv_dim(), ff = hp.n_ff;
