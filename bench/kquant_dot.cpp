@@ -2,6 +2,17 @@
 // against scalar twin, side by side in one process, one thread.
 //
 //   kestrel-bench-kquant [-r REPEATS (7)] [--rows R (5632)] [--cols C (2048)] [--tokens T (64)]
+//   kestrel-bench-kquant --prefill [-r REPEATS (5)] [--rows R (5632)] [--cols C (2048)] [--tokens T (512)]
+//                        [--types q8_0,q4_0,q4_K]
+//
+// --prefill: prefill's quantized matmul Y = X W^T (T tokens, W rows x cols,
+// activations quantized in the call) through cpu::matmul on 1 and 2
+// threads, against the int8 peak measured in the same run (a
+// register-resident loop of 12 independent vpdpbusd zmm chains on as many
+// threads), interleaved so both see the same load on the shared machine:
+//   {"bench":"kquant_prefill","type":..,"threads":..,"gops":..,
+//    "int8_peak_gops":..,"pct_of_peak":..}
+// with GOP/s = 2 * T * rows * cols / time (one multiply, one add per MAC).
 //
 // For each weight type (q2_K .. q6_K against q8_K activations, and the
 // legacy q4_0 / q8_0 against q8_0 for comparison), JSON lines:
@@ -30,11 +41,17 @@
 #include <random>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
+
+#if defined(__AVX512VNNI__)
+#include <immintrin.h>
+#endif
 
 #include "common.hpp"
 #include "kestrel/cpu/matmul.hpp"
 #include "kestrel/cpu/matvec.hpp"
+#include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/cpu/ref/linear.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
@@ -183,19 +200,94 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
   }
 }
 
+// ---- prefill: quantized matmul vs the int8 peak, same run ----
+
+constexpr long peak_iters = 4'000'000;
+
+/// 12 independent vpdpbusd zmm chains (register-resident): 12 * 64 u8 x s8
+/// products, 2 ops each, per iteration. 0 without AVX-512 VNNI.
+double vnni_peak_ms(long iters) {
+#if defined(__AVX512VNNI__)
+  __m512i a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_epi32(j);
+  __m512i x = _mm512_set1_epi8(1), y = _mm512_set1_epi8(-1);
+  const double t0 = now_ms();
+  for (long i = 0; i < iters; ++i) {
+    asm volatile("" : "+v"(x), "+v"(y));
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_dpbusd_epi32(a[j], x, y);
+  }
+  __m512i s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_epi32(s, a[j]);
+  sink = static_cast<float>(_mm512_reduce_add_epi32(s));
+  return now_ms() - t0;
+#else
+  (void)iters;
+  return 0;
+#endif
+}
+
+/// The peak loop on n threads at once; GOP/s over all of them.
+double vnni_peak_gops(std::size_t n_threads) {
+  std::vector<std::thread> th;
+  std::vector<double> ms(n_threads);
+  const double t0 = now_ms();
+  for (std::size_t i = 0; i < n_threads; ++i) th.emplace_back([&, i] { ms[i] = vnni_peak_ms(peak_iters); });
+  for (auto& t : th) t.join();
+  const double wall = now_ms() - t0;
+  if (ms[0] == 0) return 0;
+  return double(peak_iters) * double(n_threads) * 12 * 64 * 2 / wall / 1e6;
+}
+
+template <class B, class A>
+void bench_prefill(const char* name, kestrel::dtype type, std::size_t rows, std::size_t cols, std::size_t n_tokens,
+                   int repeats) {
+  constexpr std::size_t qk = sizeof(A) == sizeof(q::block_q8_K) ? 256 : 32;
+  const auto xw = random_floats(rows * cols, 3);
+  std::vector<B> w(rows * cols / qk);
+  q::quantize_row(xw.data(), w.data(), rows * cols);
+  kestrel::weight_view view;
+  view.type = type;
+  view.data = w.data();
+  view.rows = rows;
+  view.cols = cols;
+  const auto x = random_floats(n_tokens * cols, 5);
+  std::vector<float> y(n_tokens * rows);
+  const double ops = 2.0 * double(rows) * double(cols) * double(n_tokens);
+  for (std::size_t n_threads : {std::size_t{1}, std::size_t{2}}) {
+    kestrel::cpu::thread_pool pool(n_threads);
+    kestrel::cpu::thread_pool* p = n_threads > 1 ? &pool : nullptr;
+    std::vector<double> peak;
+    const auto m = time_interleaved(repeats, {
+        [&] { kestrel::cpu::matmul(view, x.data(), n_tokens, y.data(), p); },
+        [&] { peak.push_back(vnni_peak_gops(n_threads)); },
+    });
+    const double gops = ops / m[0] / 1e6, pk = median(peak);
+    std::printf("{\"bench\":\"kquant_prefill\",\"type\":\"%s\",\"rows\":%zu,\"cols\":%zu,\"n_tokens\":%zu,"
+                "\"threads\":%zu,\"ms\":%.2f,\"gops\":%.1f,\"int8_peak_gops\":%.1f,\"pct_of_peak\":%.1f,"
+                "\"repeats\":%d}\n",
+                name, rows, cols, n_tokens, n_threads, m[0], gops, pk, pk > 0 ? 100 * gops / pk : 0.0, repeats);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int repeats = 7;
   std::size_t rows = 5632, cols = 2048, n_tokens = 64;
+  bool prefill = false, tokens_set = false, repeats_set = false;
+  std::string types = "q8_0,q4_0,q4_K";
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
-    if (i + 1 < argc && a == "-r") repeats = std::atoi(argv[++i]);
+    if (a == "--prefill") prefill = true;
+    else if (i + 1 < argc && a == "--types") types = argv[++i];
+    else if (i + 1 < argc && a == "-r") { repeats = std::atoi(argv[++i]); repeats_set = true; }
     else if (i + 1 < argc && a == "--rows") rows = std::strtoull(argv[++i], nullptr, 10);
     else if (i + 1 < argc && a == "--cols") cols = std::strtoull(argv[++i], nullptr, 10);
-    else if (i + 1 < argc && a == "--tokens") n_tokens = std::strtoull(argv[++i], nullptr, 10);
+    else if (i + 1 < argc && a == "--tokens") { n_tokens = std::strtoull(argv[++i], nullptr, 10); tokens_set = true; }
     else {
-      std::fprintf(stderr, "usage: kestrel-bench-kquant [-r REPEATS (7)] [--rows R (5632)] [--cols C (2048)] [--tokens T (64)]\n");
+      std::fprintf(stderr, "usage: kestrel-bench-kquant [-r REPEATS (7)] [--rows R (5632)] [--cols C (2048)] [--tokens T (64)]\n"
+                           "       kestrel-bench-kquant --prefill [-r REPEATS (5)] [--rows R] [--cols C] [--tokens T (512)] [--types q8_0,q4_0,q4_K]\n");
       return 2;
     }
   }
@@ -204,6 +296,19 @@ int main(int argc, char** argv) {
     return 2;
   }
   using kestrel::dtype;
+  if (prefill) {
+    if (!tokens_set) n_tokens = 512;
+    if (!repeats_set) repeats = 5;
+    auto want = [&](std::string_view t) { return ("," + types + ",").find("," + std::string(t) + ",") != std::string::npos; };
+    if (want("q8_0")) bench_prefill<q::block_q8_0, q::block_q8_0>("q8_0", dtype::q8_0, rows, cols, n_tokens, repeats);
+    if (want("q4_0")) bench_prefill<q::block_q4_0, q::block_q8_0>("q4_0", dtype::q4_0, rows, cols, n_tokens, repeats);
+    if (want("q4_1")) bench_prefill<q::block_q4_1, q::block_q8_1>("q4_1", dtype::q4_1, rows, cols, n_tokens, repeats);
+    if (want("q5_0")) bench_prefill<q::block_q5_0, q::block_q8_0>("q5_0", dtype::q5_0, rows, cols, n_tokens, repeats);
+    if (want("q5_1")) bench_prefill<q::block_q5_1, q::block_q8_1>("q5_1", dtype::q5_1, rows, cols, n_tokens, repeats);
+    if (want("q4_K")) bench_prefill<q::block_q4_K, q::block_q8_K>("q4_K", dtype::q4_k, rows, cols, n_tokens, repeats);
+    if (want("q6_K")) bench_prefill<q::block_q6_K, q::block_q8_K>("q6_K", dtype::q6_k, rows, cols, n_tokens, repeats);
+    return 0;
+  }
   bench_type<q::block_q2_K, q::block_q8_K>("q2_K", dtype::q2_k, rows, cols, n_tokens, repeats);
   bench_type<q::block_q3_K, q::block_q8_K>("q3_K", dtype::q3_k, rows, cols, n_tokens, repeats);
   bench_type<q::block_q4_K, q::block_q8_K>("q4_K", dtype::q4_k, rows, cols, n_tokens, repeats);
