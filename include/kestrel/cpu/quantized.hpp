@@ -26,6 +26,7 @@
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
+#include "kestrel/quant/legacy_tokens.hpp"
 #include "kestrel/quant/ref/kquants.hpp"
 #include "kestrel/quant/ref/legacy.hpp"
 
@@ -66,6 +67,58 @@ float block_dot(const B* w, const A* a, std::size_t n, bool reference) {
     return reference ? quant::ref::dot(w, a, n) : quant::dot(w, a, n);
   }
 }
+
+#if defined(KESTREL_LEGACY_PANEL)
+/// The legacy types' fast path (AVX-512 VNNI): panels of 16 rows against
+/// groups of 8 tokens (quant/legacy_tokens.hpp), every output equal bit for
+/// bit to quant::ref::dot_fused of its row and token, so to what any other
+/// tiling, token count or thread count gives. Threads split the panels.
+/// - Up to 8 tokens (decode): each weight block is gathered straight from the
+///   rows once per call, no packing pass.
+/// - More tokens (prefill): a tile of panels (about 256 KiB unpacked, in L2)
+///   is unpacked once, then meets every tile of tokens (about 256 KiB of
+///   activations, in L2) a group of 8 at a time; the unpacking pass is then
+///   1 / n_tokens of the integer work.
+template <class B, class A>
+inline void legacy_panels(const std::byte* base, std::size_t row_bytes, std::size_t rows, const A* a, std::size_t nb,
+                          std::size_t n_tokens, float* y, thread_pool* pool) {
+  namespace lp = quant::detail::lp;
+  thread_local std::vector<quant::token_aux> aux;  // (n_tokens, nb); grown, never shrunk
+  if (aux.size() < n_tokens * nb) aux.resize(n_tokens * nb);
+  for (std::size_t t = 0; t < n_tokens; ++t) quant::make_token_aux<B>(a + t * nb, aux.data() + t * nb, nb);
+  const quant::token_aux* ax = aux.data();
+  const std::size_t n_panels = (rows + lp::panel_rows - 1) / lp::panel_rows;
+  auto panel_rows = [&](std::size_t p) { return std::min(lp::panel_rows, rows - p * lp::panel_rows); };
+  auto panel_base = [&](std::size_t p) { return base + p * lp::panel_rows * row_bytes; };
+  const std::size_t work = n_tokens * rows * nb * 32;
+  if (n_tokens <= lp::token_group) {
+    parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+      for (std::size_t p = p0; p < p1; ++p)
+        lp::panel_gathered<B>(panel_base(p), row_bytes, panel_rows(p), a, ax, nb, n_tokens, y + p * lp::panel_rows,
+                              rows);
+    }, work);
+    return;
+  }
+  const std::size_t r_tile = std::max<std::size_t>(1, 256 * 1024 / (nb * sizeof(lp::panel_block)));
+  const std::size_t t_tile = std::max(lp::token_group, (256 * 1024 / (nb * (sizeof(A) + sizeof(quant::token_aux)))) /
+                                                           lp::token_group * lp::token_group);
+  parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+    thread_local std::vector<lp::panel_block> packed;  // (r_tile, nb); grown, never shrunk
+    if (packed.size() < r_tile * nb) packed.resize(r_tile * nb);
+    for (std::size_t rp = p0; rp < p1; rp += r_tile) {
+      const std::size_t re = std::min(p1, rp + r_tile);
+      for (std::size_t p = rp; p < re; ++p)
+        lp::pack_panel<B>(panel_base(p), row_bytes, panel_rows(p), nb, packed.data() + (p - rp) * nb);
+      for (std::size_t t0 = 0; t0 < n_tokens; t0 += t_tile) {
+        const std::size_t nt = std::min(t_tile, n_tokens - t0);
+        for (std::size_t p = rp; p < re; ++p)
+          lp::panel_packed<B>(packed.data() + (p - rp) * nb, panel_rows(p), a + t0 * nb, ax + t0 * nb, nb, nt,
+                              y + t0 * rows + p * lp::panel_rows, rows);
+      }
+    }
+  }, work);
+}
+#endif
 
 /// Y(n_tokens, rows) = X(n_tokens, cols) W^T with W block-quantized.
 inline void quantized_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
@@ -117,6 +170,14 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
         return;
       }
     }
+#if defined(KESTREL_LEGACY_PANEL)
+    if constexpr (!std::is_same_v<A, quant::block_q8_K>) {
+      if (!reference) {
+        legacy_panels<B>(base, row_bytes, w.rows, a, nb, n_tokens, y, pool);
+        return;
+      }
+    }
+#endif
     parallel_for(pool, w.rows, [&](std::size_t r0, std::size_t r1) {
       for (std::size_t r = r0; r < r1; ++r) {
         const B* row = reinterpret_cast<const B*>(base + r * row_bytes);

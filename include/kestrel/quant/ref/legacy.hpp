@@ -4,7 +4,9 @@
 // reference the tests compare the fast dots against.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
+#include <type_traits>
 
 #include "kestrel/quant/legacy_format.hpp"
 
@@ -59,6 +61,43 @@ inline float dot(const block_q8_0* w, const block_q8_0* a, std::size_t n) {
     sum += to_f32(w[i].d) * to_f32(a[i].d) * static_cast<float>(isum);
   }
   return sum;
+}
+
+// ---- dot_fused: the exact per-block order of the tile kernel ----
+//
+// The same integer sums, with one fused multiply-add per block (and one more
+// for the _1 types' offset): y = fma(d_w d_a, isum, y); y = fma(m_w, s_a, y).
+// quant::dot_tile (legacy_tokens.hpp) computes this bit for bit for any tile
+// of rows and tokens, so it is the twin the tile kernel is tested against
+// exactly, and within a rounding bound of dot above.
+
+namespace detail {
+template <class W> struct fused_traits;
+template <> struct fused_traits<block_q4_0> { static constexpr int bits = 4, offset = 8; };
+template <> struct fused_traits<block_q5_0> { static constexpr int bits = 5, offset = 16; };
+template <> struct fused_traits<block_q4_1> { static constexpr int bits = 4, offset = 0; };
+template <> struct fused_traits<block_q5_1> { static constexpr int bits = 5, offset = 0; };
+template <> struct fused_traits<block_q8_0> { static constexpr int bits = 8, offset = 0; };
+}  // namespace detail
+
+template <class W>
+inline float dot_fused(const W* w, const activation_of_t<W>* a, std::size_t n) {
+  const std::size_t nb = quant::detail::legacy_blocks(n, "dot_fused");
+  using tr = detail::fused_traits<W>;
+  float y = 0;
+  for (std::size_t i = 0; i < nb; ++i) {
+    int q[legacy_block_size];
+    if constexpr (tr::bits == 8) {
+      for (std::size_t j = 0; j < legacy_block_size; ++j) q[j] = w[i].qs[j];
+    } else {
+      quant::detail::unpack<tr::bits>(w[i], q);
+    }
+    int isum = 0;
+    for (std::size_t j = 0; j < legacy_block_size; ++j) isum += (q[j] - tr::offset) * a[i].qs[j];
+    y = std::fma(to_f32(w[i].d) * to_f32(a[i].d), static_cast<float>(isum), y);  // the product is exact
+    if constexpr (std::is_same_v<activation_of_t<W>, block_q8_1>) y = std::fma(to_f32(w[i].m), to_f32(a[i].s), y);
+  }
+  return y;
 }
 
 }  // namespace kestrel::quant::ref

@@ -1,0 +1,159 @@
+// tests/quant/test_legacy_tokens.cpp: the legacy-format tile kernel
+// (quant::dot_tile: panels of rows x groups of tokens) against its exact-order
+// scalar twin quant::ref::dot_fused, bit for bit, and dot_fused against the
+// plain twin quant::ref::dot within a derived bound.
+//
+// Bit for bit: dot_tile's per-(row, token) arithmetic is dot_fused's (exact
+// integer block sums, then one fma per block term in block order), so any
+// difference, for any number of rows or tokens in a call, is a bug. In
+// particular a token computed in a group equals the same token alone.
+//
+// dot_fused vs ref::dot: both sum the same terms d_w d_a isum_b (and m_w s_a
+// for the _1 types), with d_w d_a and isum_b exact. dot_fused rounds once per
+// fma: k = nb fmas (2 nb for the _1 types), |err| <= gamma_k T with T = sum_b
+// (|d_w d_a isum_b| + |m_w s_a|) (Higham's bound for recursive summation,
+// each partial sum rounded once). ref::dot rounds the product d_w d_a isum_b,
+// the product m_w s_a, their sum, and the running sum: at most 4 roundings on
+// any term's path over nb blocks, |err| <= gamma_(nb+3) T. So |dot_fused -
+// ref::dot| <= (gamma_(2nb) + gamma_(nb+3)) T.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "cpu/helpers.hpp"
+#include "kestrel/quant/legacy.hpp"
+#include "kestrel/quant/legacy_tokens.hpp"
+
+namespace q = kestrel::quant;
+using kestrel::test::gamma_n;
+using kestrel::test::random_floats;
+
+namespace {
+
+template <class Block> std::vector<Block> quantized(const std::vector<float>& x) {
+  std::vector<Block> b(x.size() / 32);
+  q::quantize_row(x.data(), b.data(), x.size());
+  return b;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+/// dot_tile over (rows, tokens) == dot_fused per pair, and == dot_tile of each
+/// token alone, bit for bit.
+template <class W>
+void check_tile(const std::vector<W>& w, const std::vector<q::activation_of_t<W>>& a, std::size_t rows,
+                std::size_t n_tokens, std::size_t n) {
+  const std::size_t nb = n / 32;
+  std::vector<float> out(n_tokens * rows + 1, -7.0f);
+  q::dot_tile(w.data(), nb, rows, a.data(), n, n_tokens, out.data(), rows);
+  std::size_t bad = 0, alone_bad = 0;
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    std::vector<float> alone(rows, -7.0f);
+    q::dot_tile(w.data(), nb, rows, a.data() + t * nb, n, 1, alone.data(), rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float want = q::ref::dot_fused(w.data() + r * nb, a.data() + t * nb, n);
+      bad += !same_bits(out[t * rows + r], want);
+      alone_bad += !same_bits(alone[r], out[t * rows + r]);
+    }
+  }
+  CAPTURE(rows);
+  CAPTURE(n_tokens);
+  CAPTURE(n);
+  CHECK(bad == 0);
+  CHECK(alone_bad == 0);
+  CHECK(out[n_tokens * rows] == -7.0f);  // nothing written past the tile
+}
+
+template <class W> void check_random(std::size_t rows, std::size_t n_tokens, std::size_t n, std::uint32_t seed) {
+  using A = q::activation_of_t<W>;
+  const auto w = quantized<W>(random_floats(rows * n, seed));
+  const auto a = quantized<A>(random_floats(n_tokens * n, seed + 1, -3.0f, 3.0f));
+  check_tile(w, a, rows, n_tokens, n);
+}
+
+}  // namespace
+
+#define TILE_TYPES q::block_q4_0, q::block_q4_1, q::block_q5_0, q::block_q5_1, q::block_q8_0
+
+TEST_CASE_TEMPLATE("quant: dot_tile == ref::dot_fused bit for bit; a token in a group == the token alone", W,
+                   TILE_TYPES) {
+  for (std::size_t rows : {1, 5, 16, 17, 33})
+    for (std::size_t n_tokens = 0; n_tokens <= 9; ++n_tokens)
+      for (std::size_t n : {32, 96, 1024})
+        check_random<W>(rows, n_tokens, n, static_cast<std::uint32_t>(rows * 1000 + n_tokens * 10 + n));
+  check_random<W>(19, 13, 2080, 5);  // odd token count (8 + 4 + 1), odd block count
+  check_random<W>(3, 11, 32 * 65, 6);
+}
+
+// The largest integer sums the bound in legacy_tokens.hpp allows: every
+// weight code at its extreme (u = 255 for q8_0: q = 127; u = 0 and u = 15 / 31
+// for the nibble types) against activations all 127 or all -128 (below
+// quantize_row's -127), and the scales at their f16 extremes.
+TEST_CASE_TEMPLATE("quant: dot_tile's integer sums at the extremes are exact", W, TILE_TYPES) {
+  using A = q::activation_of_t<W>;
+  const std::size_t rows = 17, n_tokens = 3, n = 64, nb = n / 32;
+  std::mt19937 rng(9);
+  for (int pattern = 0; pattern < 4; ++pattern) {
+    std::vector<W> w(rows * nb);
+    for (auto& b : w) {
+      std::memset(&b, pattern % 2 ? 0xff : 0x00, sizeof b);  // all codes max (pattern 1, 3) or 0
+      if constexpr (std::is_same_v<W, q::block_q8_0>) std::memset(b.qs, pattern % 2 ? 0x7f : 0x81, 32);  // 127 / -127
+      b.d = kestrel::to_f16(pattern < 2 ? 65504.0f : 6.0e-8f);
+      if constexpr (q::has_offset_m<W>) b.m = kestrel::to_f16(-3.0f);
+    }
+    std::vector<A> a(n_tokens * nb);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      std::memset(a[i].qs, i % 2 ? 0x7f : 0x80, 32);  // 127 or -128
+      a[i].d = kestrel::to_f16(pattern < 2 ? 1.0e-3f : 65504.0f);
+      if constexpr (std::is_same_v<A, q::block_q8_1>) a[i].s = kestrel::to_f16(0.5f);
+    }
+    CAPTURE(pattern);
+    check_tile(w, a, rows, n_tokens, n);
+  }
+}
+
+TEST_CASE_TEMPLATE("quant: ref::dot_fused within (gamma_2nb + gamma_(nb+3)) T of ref::dot", W, TILE_TYPES) {
+  using A = q::activation_of_t<W>;
+  for (std::size_t n : {32, 320, 4096})
+    for (std::uint32_t seed : {1u, 2u, 3u}) {
+      const auto w = quantized<W>(random_floats(n, seed * 7 + static_cast<std::uint32_t>(n)));
+      const auto a = quantized<A>(random_floats(n, seed * 13 + static_cast<std::uint32_t>(n), -4.0f, 4.0f));
+      const std::size_t nb = n / 32;
+      double T = 0;
+      for (std::size_t b = 0; b < nb; ++b) {
+        std::vector<float> wf(32), af(32);
+        q::dequantize_row(&w[b], wf.data(), 32);
+        // |d_w d_a isum| + |m_w s_a| <= sum |(d_w q_w) (d_a q_a)| + 2 |m_w s_a|
+        // (for the _1 types d_w q_w = value - m_w)
+        double s = 0;
+        int qa[32];
+        for (int j = 0; j < 32; ++j) qa[j] = a[b].qs[j];
+        double m = 0, sa = 0;
+        if constexpr (q::has_offset_m<W>) {
+          m = kestrel::to_f32(w[b].m);
+          sa = kestrel::to_f32(a[b].s);
+        }
+        const double da = kestrel::to_f32(a[b].d);
+        for (int j = 0; j < 32; ++j) s += std::fabs((double(wf[j]) - m) * da * qa[j]);
+        T += s + std::fabs(m * sa);
+      }
+      const double tol = (gamma_n(2 * nb) + gamma_n(nb + 3)) * T;
+      const float fused = q::ref::dot_fused(w.data(), a.data(), n), plain = q::ref::dot(w.data(), a.data(), n);
+      CAPTURE(n);
+      CAPTURE(seed);
+      CHECK_MESSAGE(std::fabs(double(fused) - plain) <= tol, "fused " << fused << " plain " << plain << " tol " << tol);
+    }
+}
+
+TEST_CASE("quant: dot_tile and dot_fused need whole blocks") {
+  std::vector<q::block_q4_0> w(2);
+  std::vector<q::block_q8_0> a(2);
+  float out[2];
+  CHECK_THROWS_AS(q::dot_tile(w.data(), 2, 1, a.data(), 40, 1, out, 1), kestrel::invalid_argument);
+  CHECK_THROWS_AS(q::ref::dot_fused(w.data(), a.data(), 40), kestrel::invalid_argument);
+  CHECK(q::ref::dot_fused(w.data(), a.data(), 0) == 0.0f);
+}
