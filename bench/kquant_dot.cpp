@@ -275,18 +275,18 @@ void bench_prefill(const char* name, kestrel::dtype type, std::size_t rows, std:
 int main(int argc, char** argv) {
   int repeats = 7;
   std::size_t rows = 5632, cols = 2048, n_tokens = 64;
-  bool prefill = false, tokens_set = false, repeats_set = false;
+  bool prefill = false, tokens_set = false, repeats_set = false, types_set = false;
   std::string types = "q8_0,q4_0,q4_K";
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "--prefill") prefill = true;
-    else if (i + 1 < argc && a == "--types") types = argv[++i];
+    else if (i + 1 < argc && a == "--types") { types = argv[++i]; types_set = true; }
     else if (i + 1 < argc && a == "-r") { repeats = std::atoi(argv[++i]); repeats_set = true; }
     else if (i + 1 < argc && a == "--rows") rows = std::strtoull(argv[++i], nullptr, 10);
     else if (i + 1 < argc && a == "--cols") cols = std::strtoull(argv[++i], nullptr, 10);
     else if (i + 1 < argc && a == "--tokens") { n_tokens = std::strtoull(argv[++i], nullptr, 10); tokens_set = true; }
     else {
-      std::fprintf(stderr, "usage: kestrel-bench-kquant [-r REPEATS (7)] [--rows R (5632)] [--cols C (2048)] [--tokens T (64)]\n"
+      std::fprintf(stderr, "usage: kestrel-bench-kquant [-r REPEATS (7)] [--rows R (5632)] [--cols C (2048)] [--tokens T (64)] [--types q4_0,q8_0,...]\n"
                            "       kestrel-bench-kquant --prefill [-r REPEATS (5)] [--rows R] [--cols C] [--tokens T (512)] [--types q8_0,q4_0,q4_K]\n");
       return 2;
     }
@@ -296,10 +296,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   using kestrel::dtype;
+  auto want = [&](std::string_view t) { return ("," + types + ",").find("," + std::string(t) + ",") != std::string::npos; };
   if (prefill) {
     if (!tokens_set) n_tokens = 512;
     if (!repeats_set) repeats = 5;
-    auto want = [&](std::string_view t) { return ("," + types + ",").find("," + std::string(t) + ",") != std::string::npos; };
     if (want("q8_0")) bench_prefill<q::block_q8_0, q::block_q8_0>("q8_0", dtype::q8_0, rows, cols, n_tokens, repeats);
     if (want("q4_0")) bench_prefill<q::block_q4_0, q::block_q8_0>("q4_0", dtype::q4_0, rows, cols, n_tokens, repeats);
     if (want("q4_1")) bench_prefill<q::block_q4_1, q::block_q8_1>("q4_1", dtype::q4_1, rows, cols, n_tokens, repeats);
@@ -309,11 +309,12 @@ int main(int argc, char** argv) {
     if (want("q6_K")) bench_prefill<q::block_q6_K, q::block_q8_K>("q6_K", dtype::q6_k, rows, cols, n_tokens, repeats);
     return 0;
   }
-  bench_type<q::block_q2_K, q::block_q8_K>("q2_K", dtype::q2_k, rows, cols, n_tokens, repeats);
-  bench_type<q::block_q3_K, q::block_q8_K>("q3_K", dtype::q3_k, rows, cols, n_tokens, repeats);
-  bench_type<q::block_q4_K, q::block_q8_K>("q4_K", dtype::q4_k, rows, cols, n_tokens, repeats);
-  bench_type<q::block_q5_K, q::block_q8_K>("q5_K", dtype::q5_k, rows, cols, n_tokens, repeats);
-  bench_type<q::block_q6_K, q::block_q8_K>("q6_K", dtype::q6_k, rows, cols, n_tokens, repeats);
-  bench_type<q::block_q4_0, q::block_q8_0>("q4_0", dtype::q4_0, rows, cols, n_tokens, repeats);
-  bench_type<q::block_q8_0, q::block_q8_0>("q8_0", dtype::q8_0, rows, cols, n_tokens, repeats);
+  if (!types_set) types = "q2_K,q3_K,q4_K,q5_K,q6_K,q4_0,q8_0";
+  if (want("q2_K")) bench_type<q::block_q2_K, q::block_q8_K>("q2_K", dtype::q2_k, rows, cols, n_tokens, repeats);
+  if (want("q3_K")) bench_type<q::block_q3_K, q::block_q8_K>("q3_K", dtype::q3_k, rows, cols, n_tokens, repeats);
+  if (want("q4_K")) bench_type<q::block_q4_K, q::block_q8_K>("q4_K", dtype::q4_k, rows, cols, n_tokens, repeats);
+  if (want("q5_K")) bench_type<q::block_q5_K, q::block_q8_K>("q5_K", dtype::q5_k, rows, cols, n_tokens, repeats);
+  if (want("q6_K")) bench_type<q::block_q6_K, q::block_q8_K>("q6_K", dtype::q6_k, rows, cols, n_tokens, repeats);
+  if (want("q4_0")) bench_type<q::block_q4_0, q::block_q8_0>("q4_0", dtype::q4_0, rows, cols, n_tokens, repeats);
+  if (want("q8_0")) bench_type<q::block_q8_0, q::block_q8_0>("q8_0", dtype::q8_0, rows, cols, n_tokens, repeats);
 }

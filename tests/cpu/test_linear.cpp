@@ -1,7 +1,7 @@
 // tests/cpu/test_linear.cpp: matvec and matmul against their scalar twins,
 // for f32, f16 and bf16 weights, with and without a thread pool, and for
-// k-quant weights (q2_K .. q6_K) through quantized_linear (its own tolerance
-// below).
+// k-quant weights (q2_K .. q6_K) and legacy weights (q4_0 .. q8_0) through
+// quantized_linear (their own tolerances below).
 //
 // Tolerance: the weights convert exactly to f32 in both kernels, so each
 // output is a dot product of length cols computed in two summation orders;
@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "helpers.hpp"
@@ -20,6 +21,8 @@
 #include "kestrel/cpu/ref/linear.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/kquants.hpp"
+#include "kestrel/quant/legacy.hpp"
+#include "kestrel/quant/legacy_tokens.hpp"
 
 namespace cpu = kestrel::cpu;
 namespace ref = kestrel::cpu::ref;
@@ -219,4 +222,110 @@ TEST_CASE("cpu: k-quant matvec / matmul == scalar twins") {
   check_kquant_linear<q::block_q4_K>(dtype::q4_k);
   check_kquant_linear<q::block_q5_K>(dtype::q5_k);
   check_kquant_linear<q::block_q6_K>(dtype::q6_k);
+}
+
+// ---- legacy weights (q4_0, q4_1, q5_0, q5_1, q8_0) ----
+//
+// Both paths quantize x to q8_0 / q8_1 with the same function, so they see the
+// same integers. With AVX-512 VNNI the fast path is quant::dot_tile's
+// arithmetic, equal bit for bit to quant::ref::dot_fused of the row and token
+// (checked exactly here: any tiling, thread count or token count gives the
+// same bits); otherwise it is quant::dot per (row, token). The reference path
+// is quant::ref::dot. tests/quant/test_legacy_tokens.cpp derives |dot_fused -
+// ref::dot| <= (gamma_2nb + gamma_(nb+3)) T and tests/quant/test_legacy.cpp
+// |dot - exact|, |ref::dot - exact| <= gamma_(nb+8) T, T = sum_b (|d_w d_a
+// isum_b| + |m_w s_a|) <= sum_i |(w_i - m_w)(d_a a_i)| + sum_b |m_w s_a|; the
+// tolerance here is 2 gamma_(2nb+8) T, which covers both pairings.
+
+namespace {
+
+template <class B>
+struct legacy_weight {
+  std::vector<B> blocks;  // (rows, cols / 32)
+  kestrel::weight_view view;
+  legacy_weight(dtype t, std::size_t rows, std::size_t cols, std::uint32_t seed) : blocks(rows * cols / 32) {
+    const auto x = random_floats(rows * cols, seed);
+    q::quantize_row(x.data(), blocks.data(), rows * cols);
+    view.type = t;
+    view.data = blocks.data();
+    view.rows = rows;
+    view.cols = cols;
+  }
+};
+
+template <class B>
+void check_legacy_linear(dtype type) {
+  using A = q::activation_of_t<B>;
+  cpu::thread_pool pool2(2), pool3(3);
+  struct shape { std::size_t rows, cols; };
+  // 16-row panels (partial ones too); 70 rows x 4096 columns pass a tile of
+  // panels (3 panels of 128 blocks in 256 KiB) and 45 tokens a tile of tokens
+  // (40 tokens of 128 blocks).
+  const shape shapes[] = {{1, 32}, {5, 96}, {16, 512}, {17, 1024}, {33, 2048}, {70, 4096}};
+  for (auto [rows, cols] : shapes)
+    for (std::size_t n_tokens : {1, 2, 3, 4, 5, 7, 8, 9, 13, 45}) {
+      if ((n_tokens == 45) != (rows == 70)) continue;  // keep the scalar twins' share quick
+      const auto seed = static_cast<std::uint32_t>(rows * 37 + cols + n_tokens);
+      legacy_weight<B> w(type, rows, cols, seed);
+      const auto x = random_floats(n_tokens * cols, seed + 7, -2.0f, 2.0f);
+      const std::size_t n = n_tokens * rows, nb = cols / 32;
+      std::vector<float> want(n), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
+      ref::matmul(w.view, x.data(), n_tokens, want.data(), nullptr);
+      cpu::matmul(w.view, x.data(), n_tokens, got.data(), nullptr);
+      cpu::matmul(w.view, x.data(), n_tokens, got2.data(), &pool2);
+      cpu::matmul(w.view, x.data(), n_tokens, got3.data(), &pool3);
+      INFO(kestrel::name_of(type) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
+
+      std::vector<A> a(n_tokens * nb);
+      for (std::size_t t = 0; t < n_tokens; ++t) q::quantize_row(x.data() + t * cols, a.data() + t * nb, cols);
+      std::vector<double> tol(n);
+      std::vector<float> wf(cols);
+      bool fused_same = true;
+      for (std::size_t r = 0; r < rows; ++r) {
+        q::dequantize_row(w.blocks.data() + r * nb, wf.data(), cols);
+        for (std::size_t t = 0; t < n_tokens; ++t) {
+          double T = 0;
+          for (std::size_t b = 0; b < nb; ++b) {
+            const A& ab = a[t * nb + b];
+            double m = 0, s = 0;
+            if constexpr (q::has_offset_m<B>) {
+              m = kestrel::to_f32(w.blocks[r * nb + b].m);
+              s = kestrel::to_f32(ab.s);
+            }
+            const double da = kestrel::to_f32(ab.d);
+            for (std::size_t j = 0; j < 32; ++j) T += std::fabs((double(wf[b * 32 + j]) - m) * da * ab.qs[j]);
+            T += std::fabs(m * s);
+          }
+          tol[t * rows + r] = 2 * gamma_n(2 * nb + 8) * T;
+#if defined(KESTREL_LEGACY_PANEL)
+          const float f = q::ref::dot_fused(w.blocks.data() + r * nb, a.data() + t * nb, cols);
+          fused_same = fused_same && std::memcmp(&f, &got[t * rows + r], sizeof f) == 0;
+#endif
+        }
+      }
+      kestrel::test::check_within(got.data(), want.data(), tol, n);
+      CHECK(fused_same);
+      // Threads split panels of rows, never a row's sum: bit-identical to one thread.
+      CHECK(got2 == got);
+      CHECK(got3 == got);
+      // Decode == prefill: each token's outputs equal that token's matvec.
+      bool same = true;
+      for (std::size_t t = 0; t < n_tokens; ++t) {
+        std::vector<float> one(rows, -1.0f), one3(rows, -1.0f);
+        cpu::matvec(w.view, x.data() + t * cols, one.data(), nullptr);
+        cpu::matvec(w.view, x.data() + t * cols, one3.data(), &pool3);
+        same = same && std::equal(one.begin(), one.end(), got.begin() + t * rows) && one3 == one;
+      }
+      CHECK(same);
+    }
+}
+
+}  // namespace
+
+TEST_CASE("cpu: legacy-quant matvec / matmul == scalar twins, decode == prefill") {
+  check_legacy_linear<q::block_q4_0>(dtype::q4_0);
+  check_legacy_linear<q::block_q4_1>(dtype::q4_1);
+  check_legacy_linear<q::block_q5_0>(dtype::q5_0);
+  check_legacy_linear<q::block_q5_1>(dtype::q5_1);
+  check_legacy_linear<q::block_q8_0>(dtype::q8_0);
 }
