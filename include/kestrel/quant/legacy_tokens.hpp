@@ -27,8 +27,8 @@
 // A panel of 16 rows meets a group of up to 8 tokens. For each weight block
 // the 16 rows' 32 codes are laid out as 8 zmm registers, register g holding
 // the 4 codes 4g .. 4g + 3 of each row in its 32-bit lane (a 4-byte
-// transpose, done with dword gathers straight from the blocks, or read from
-// a panel packed once per call for prefill). For each token, 8 vpdpbusd with
+// transpose, done with loads and in-lane shuffles straight from the blocks,
+// or read from a panel packed once per call for prefill). For each token, 8 vpdpbusd with
 // the token's 4 activation bytes broadcast ({1to16}) leave the 16 rows'
 // complete block sums in 16 int32 lanes: 512 multiply-adds per 8 vpdpbusd,
 // then one convert, one multiply and one or two FMAs for all 16 rows. No
@@ -119,24 +119,59 @@ template <> struct layout<block_q5_0> { static constexpr int qs = 6, qh = 2; };
 template <> struct layout<block_q5_1> { static constexpr int qs = 8, qh = 4; };
 template <> struct layout<block_q8_0> { static constexpr int qs = 2, qh = -1; };
 
-/// Unpacks block b of 16 rows (row r at base + r * row_bytes; lanes outside
-/// `valid` read nothing and hold code 0, scale 0) by 32-bit gathers.
+/// Where a panel's 16 rows are: row r at base + roff[r] (rows past the
+/// matrix repeat its last row, whose lanes `valid` masks off), and the same
+/// offsets as int32 lanes for the gathers.
+struct panel_rows_at {
+  const std::byte* base;
+  std::size_t roff[16];
+  __m512i vidx;
+  __mmask16 valid;
+};
+
+/// out[i] lane r = dword i of the 16 bytes at p + roff[r], i < 4: 16
+/// unaligned 128-bit loads, 4 rows per register (128-bit lane k of z[j]
+/// holds row 4k + j), then the 4 x 4 dword transpose inside every 128-bit
+/// lane with unpack{lo,hi}_epi32 / _epi64 (8 in-lane shuffles for 16 rows:
+/// cheaper than dword gathers, which took about 3x longer per block here).
+inline void transpose_rows4(const std::byte* p, const std::size_t* roff, __m512i* out) noexcept {
+  __m512i z[4];
+  auto ld = [&](int r) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + roff[r])); };
+  for (int j = 0; j < 4; ++j) {
+    __m512i v = _mm512_castsi128_si512(ld(j));
+    v = _mm512_inserti32x4(v, ld(4 + j), 1);
+    v = _mm512_inserti32x4(v, ld(8 + j), 2);
+    z[j] = _mm512_inserti32x4(v, ld(12 + j), 3);
+  }
+  const __m512i t0 = _mm512_unpacklo_epi32(z[0], z[1]), t1 = _mm512_unpackhi_epi32(z[0], z[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(z[2], z[3]), t3 = _mm512_unpackhi_epi32(z[2], z[3]);
+  out[0] = _mm512_unpacklo_epi64(t0, t2);
+  out[1] = _mm512_unpackhi_epi64(t0, t2);
+  out[2] = _mm512_unpacklo_epi64(t1, t3);
+  out[3] = _mm512_unpackhi_epi64(t1, t3);
+}
+
+/// Unpacks block b of a panel (at byte offset boff of every row): codes by
+/// loads and in-register transposes, the f16 scales (and q5's fifth bits)
+/// by one 32-bit gather each; lanes outside `valid` hold scale 0.
 template <class W>
-inline void gather_block(const std::byte* base, __m512i vidx, __mmask16 valid, panel_block& pb) noexcept {
-  const __m512i zero = _mm512_setzero_si512();
-  auto gather = [&](int off) { return _mm512_mask_i32gather_epi32(zero, valid, vidx, base + off, 1); };
+inline void gather_block(const panel_rows_at& at, std::size_t boff, panel_block& pb) noexcept {
+  const std::byte* p = at.base + boff;
+  auto gather = [&](int off) { return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), at.valid, at.vidx, p + off, 1); };
   const __m512i head = gather(0);  // d in the low 16 bits; for the _1 types m in the high 16
   pb.d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
   pb.m = has_offset_m<W> ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))) : _mm512_setzero_ps();
   if constexpr (std::is_same_v<W, block_q8_0>) {
-    for (int g = 0; g < 8; ++g)
-      pb.codes[g] = _mm512_maskz_xor_epi32(valid, gather(layout<W>::qs + 4 * g), _mm512_set1_epi8(char(0x80)));
+    transpose_rows4(p + layout<W>::qs, at.roff, pb.codes);
+    transpose_rows4(p + layout<W>::qs + 16, at.roff, pb.codes + 4);
+    for (int g = 0; g < 8; ++g) pb.codes[g] = _mm512_xor_si512(pb.codes[g], _mm512_set1_epi8(char(0x80)));
   } else {
     const __m512i lo4 = _mm512_set1_epi8(0x0f);
+    __m512i x[4];  // x[i]: bytes 4i .. 4i+3 of qs: values 4i.. in the low nibbles, 16+4i.. in the high
+    transpose_rows4(p + layout<W>::qs, at.roff, x);
     for (int i = 0; i < 4; ++i) {
-      const __m512i x = gather(layout<W>::qs + 4 * i);  // bytes 4i .. 4i+3: values 4i.. low, 16+4i.. high
-      pb.codes[i] = _mm512_and_si512(x, lo4);
-      pb.codes[i + 4] = _mm512_and_si512(_mm512_srli_epi32(x, 4), lo4);
+      pb.codes[i] = _mm512_and_si512(x[i], lo4);
+      pb.codes[i + 4] = _mm512_and_si512(_mm512_srli_epi32(x[i], 4), lo4);
     }
     if constexpr (layout<W>::qh >= 0) {
       // Fifth bit of value j is bit j of qh. For group g, the 4 bits t =
@@ -198,35 +233,41 @@ inline void panel_all_tokens(Src&& src, const activation_of_t<W>* a, const token
 inline __mmask16 row_mask(std::size_t n) noexcept {
   return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
 }
-inline __m512i row_offsets(std::size_t row_bytes) noexcept {
-  return _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                            _mm512_set1_epi32(static_cast<int>(row_bytes)));
+inline panel_rows_at rows_at(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows) noexcept {
+  panel_rows_at at;
+  at.base = rows;
+  alignas(64) std::int32_t off[16];
+  for (std::size_t r = 0; r < 16; ++r) {
+    at.roff[r] = std::min(r, n_rows - 1) * row_bytes;
+    off[r] = static_cast<std::int32_t>(at.roff[r]);
+  }
+  at.vidx = _mm512_load_si512(off);
+  at.valid = row_mask(n_rows);
+  return at;
 }
 
-/// Rows [r0, r0 + n_rows) (n_rows <= 16) of a matrix whose rows are
-/// row_bytes apart against n_tokens tokens, gathering each weight block
-/// once per token group (decode and short prompts: no packing pass).
+/// Rows [r0, r0 + n_rows) (1 <= n_rows <= 16) of a matrix whose rows are
+/// row_bytes apart against n_tokens tokens, unpacking each weight block once
+/// per token group (decode and short prompts: no packing pass).
 template <class W>
 inline void panel_gathered(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows,
                            const activation_of_t<W>* a, const token_aux* aux, std::size_t nb, std::size_t n_tokens,
                            float* out, std::size_t out_stride) noexcept {
-  const __m512i vidx = row_offsets(row_bytes);
-  const __mmask16 valid = row_mask(n_rows);
+  const panel_rows_at at = rows_at(rows, row_bytes, n_rows);
   panel_block pb;
   auto src = [&](std::size_t b) -> const panel_block& {
-    gather_block<W>(rows + b * sizeof(W), vidx, valid, pb);
+    gather_block<W>(at, b * sizeof(W), pb);
     return pb;
   };
-  panel_all_tokens<W>(src, a, aux, nb, n_tokens, valid, out, out_stride);
+  panel_all_tokens<W>(src, a, aux, nb, n_tokens, at.valid, out, out_stride);
 }
 
-/// Packs blocks [0, nb) of a panel (n_rows <= 16 rows) into dst[0, nb).
+/// Packs blocks [0, nb) of a panel (1 <= n_rows <= 16 rows) into dst[0, nb).
 template <class W>
 inline void pack_panel(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
                        panel_block* dst) noexcept {
-  const __m512i vidx = row_offsets(row_bytes);
-  const __mmask16 valid = row_mask(n_rows);
-  for (std::size_t b = 0; b < nb; ++b) gather_block<W>(rows + b * sizeof(W), vidx, valid, dst[b]);
+  const panel_rows_at at = rows_at(rows, row_bytes, n_rows);
+  for (std::size_t b = 0; b < nb; ++b) gather_block<W>(at, b * sizeof(W), dst[b]);
 }
 
 /// A packed panel against n_tokens tokens.
@@ -243,7 +284,7 @@ inline void panel_packed(const panel_block* p, std::size_t n_rows, const activat
 /// out[t * out_stride + r] = ref::dot_fused(w + r * row_blocks, a + t * n / 32, n)
 /// for r < n_rows, t < n_tokens, bit for bit (n a multiple of 32; rows
 /// row_blocks blocks apart). AVX-512 VNNI: panels of 16 rows, groups of 8
-/// tokens, weight blocks gathered once per group; otherwise the scalar loop.
+/// tokens, weight blocks unpacked once per group; otherwise the scalar loop.
 template <class W>
 inline void dot_tile(const W* w, std::size_t row_blocks, std::size_t n_rows, const activation_of_t<W>* a,
                      std::size_t n, std::size_t n_tokens, float* out, std::size_t out_stride) {
