@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -375,6 +376,82 @@ TEST_CASE("cpu: attend == ref::attend") {
         }
         INFO("head_dim " << head_dim << " n_kv " << n_kv << " kv_stride " << kv_stride);
         kestrel::test::check_within(got.data(), want.data(), tol, head_dim);
+      }
+    }
+  }
+}
+
+namespace {
+
+/// `rows` x `cols` random weights of block type B (whole blocks per row),
+/// quantized from values in [-1, 1]; view points into `blocks`.
+template <class B>
+kestrel::weight_view quantized_weight(std::vector<B>& blocks, kestrel::dtype t, std::size_t rows, std::size_t cols,
+                                      std::uint32_t seed) {
+  const auto x = random_floats(rows * cols, seed);
+  blocks.resize(rows * cols / kestrel::block_size(t));
+  kestrel::quant::quantize_row(x.data(), blocks.data(), rows * cols);
+  kestrel::weight_view v;
+  v.type = t;
+  v.rows = rows;
+  v.cols = cols;
+  v.data = blocks.data();
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("cpu: matvec_fused and matvec_swiglu == matvec per matrix (exact), every pool size") {
+  // Fusing only changes which thread computes a row, never a row's sum:
+  // rows keep their 4-row groups, so the results must equal matvec's bit for
+  // bit (and matvec is checked against ref::matvec in test_linear.cpp).
+  // Weight sizes: multiples of 4, ragged, and a GQA-like small k / v.
+  cpu::thread_pool pool2(2), pool3(3);
+  for (kestrel::dtype t : {kestrel::dtype::f32, kestrel::dtype::f16, kestrel::dtype::bf16, kestrel::dtype::q8_0,
+                           kestrel::dtype::q4_0}) {
+    for (std::size_t cols : {64, 96, 256}) {
+      const std::size_t rows[3] = {cols, 18, 37};
+      std::vector<kestrel::quant::block_q8_0> q8[3];
+      std::vector<kestrel::quant::block_q4_0> q4[3];
+      kestrel::weight_view w[3];
+      std::vector<std::unique_ptr<kestrel::test::random_weight>> own;
+      for (int j = 0; j < 3; ++j) {
+        const auto seed = static_cast<std::uint32_t>(cols * 7 + j);
+        if (t == kestrel::dtype::q8_0)
+          w[j] = quantized_weight(q8[j], t, rows[j], cols, seed);
+        else if (t == kestrel::dtype::q4_0)
+          w[j] = quantized_weight(q4[j], t, rows[j], cols, seed);
+        else {
+          own.push_back(std::make_unique<kestrel::test::random_weight>(t, rows[j], cols, seed));
+          w[j] = own.back()->view;
+        }
+      }
+      const auto x = random_floats(cols, static_cast<std::uint32_t>(cols), -2.0f, 2.0f);
+      for (cpu::thread_pool* pool : {static_cast<cpu::thread_pool*>(nullptr), &pool2, &pool3}) {
+        std::vector<float> want[3], got[3];
+        for (int j = 0; j < 3; ++j) {
+          want[j].resize(rows[j]);
+          got[j].assign(rows[j], -1.0f);
+          cpu::matvec(w[j], x.data(), want[j].data(), pool);
+        }
+        const cpu::matvec_job jobs[3] = {{&w[0], got[0].data()}, {&w[1], got[1].data()}, {&w[2], got[2].data()}};
+        cpu::matvec_fused(jobs, x.data(), pool);
+        INFO(kestrel::name_of(t) << " cols " << cols << " threads " << (pool ? pool->size() : 1));
+        for (int j = 0; j < 3; ++j) CHECK(got[j] == want[j]);
+
+        // swiglu over two same-shape matrices (w[0] as gate, a second one as up).
+        const kestrel::weight_view& gate = w[0];
+        kestrel::weight_view up = w[0];
+        up.rows = rows[0] - 1;  // a different matrix of the same shape: w[0] without its first row
+        up.data = w[0].row(1);
+        kestrel::weight_view g = gate;
+        g.rows = up.rows;
+        std::vector<float> hg(g.rows), hu(g.rows), h(g.rows, -1.0f), scratch(g.rows);
+        cpu::matvec(g, x.data(), hg.data(), pool);
+        cpu::matvec(up, x.data(), hu.data(), pool);
+        cpu::swiglu(hg.data(), hg.data(), hu.data(), g.rows);
+        cpu::matvec_swiglu(g, up, x.data(), h.data(), scratch.data(), pool);
+        CHECK(h == hg);
       }
     }
   }

@@ -36,8 +36,8 @@ TEST_CASE("cpu: thread_pool covers every index exactly once") {
       for (auto& h : hits) bad += h.load() != 1;
       INFO("threads " << threads << " n " << n);
       CHECK(bad == 0);
-      CHECK(chunks.size() <= threads);
-      CHECK(chunks.size() == std::min(n, threads));
+      CHECK(chunks.size() == pool.chunk_count(n));
+      CHECK(chunks.size() == (threads == 1 ? std::min<std::size_t>(n, 1) : std::min(n, 4 * threads)));
       for (auto [b, e] : chunks) CHECK(b < e);  // no empty calls
     }
   }

@@ -7,7 +7,9 @@
 // each load of x serves four rows. Rows are split across the thread pool.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
+#include <span>
 
 #include "kestrel/core/error.hpp"
 #include "kestrel/core/tensor.hpp"
@@ -15,6 +17,7 @@
 #include "kestrel/cpu/dot.hpp"
 #include "kestrel/cpu/quantized.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/cpu/activation.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
 
 namespace kestrel::cpu {
@@ -76,6 +79,83 @@ inline void matvec(const weight_view& w, const float* x, float* y, thread_pool* 
       detail::matvec_rows(data, cols, x, y, r0, r1);
     }, rows * cols);
   });
+}
+
+/// One product of a fused matvec: y = (*w) x. y: (w->rows)
+struct matvec_job {
+  const weight_view* w;
+  float* y;
+};
+
+namespace detail {
+
+/// y[r0, r1) = rows [r0, r1) of W times x, on the calling thread. Float
+/// rows go through matvec_rows; block-quantized ones through a view of just
+/// those rows (the activations are quantized per call: a few hundred
+/// nanoseconds per thread, less than a synchronization).
+inline void matvec_row_range(const weight_view& w, const float* x, float* y, std::size_t r0, std::size_t r1) {
+  if (r0 >= r1) return;
+  if (is_quantized(w.type)) {
+    weight_view sub = w;
+    sub.data = w.row(r0);
+    sub.rows = r1 - r0;
+    return quantized_linear(sub, x, 1, y + r0, nullptr, /*reference=*/false);
+  }
+  visit_weight(w, [&](const auto* data) { matvec_rows(data, w.cols, x, y, r0, r1); });
+}
+
+inline std::size_t matvec_blocks(const weight_view& w) noexcept {
+  return (w.rows + matvec_row_block - 1) / matvec_row_block;
+}
+
+/// Runs the row blocks [b0, b1) of the jobs' concatenated blocks (each job
+/// contributes ceil(rows / 4) blocks, so a block never straddles two
+/// matrices and every row lands in the same 4-row group as in matvec()).
+inline void matvec_jobs_blocks(std::span<const matvec_job> jobs, const float* x, std::size_t b0, std::size_t b1) {
+  std::size_t base = 0;
+  for (const matvec_job& j : jobs) {
+    const std::size_t nb = matvec_blocks(*j.w);
+    const std::size_t lo = std::max(b0, base), hi = std::min(b1, base + nb);
+    if (lo < hi)
+      matvec_row_range(*j.w, x, j.y, (lo - base) * matvec_row_block,
+                       std::min(j.w->rows, (hi - base) * matvec_row_block));
+    base += nb;
+  }
+}
+
+}  // namespace detail
+
+/// y_j = W_j x for every job, in ONE parallel region: decode's q, k and v
+/// (or any products of the same input) pay one wake-up and one join instead
+/// of three. Rows of all matrices are split together, so threads stay
+/// balanced when the matrices differ in size (GQA's small k and v). Each
+/// y_j equals matvec(*w_j, x) bit for bit, whatever the pool size. No y may
+/// alias x.
+inline void matvec_fused(std::span<const matvec_job> jobs, const float* x, thread_pool* pool) {
+  std::size_t blocks = 0, work = 0;
+  for (const matvec_job& j : jobs) {
+    blocks += detail::matvec_blocks(*j.w);
+    work += j.w->rows * j.w->cols;
+  }
+  parallel_for(pool, blocks, [&](std::size_t b0, std::size_t b1) { detail::matvec_jobs_blocks(jobs, x, b0, b1); },
+               work);
+}
+
+/// h = silu(gate x) * (up x), the SwiGLU feed-forward's first half, in one
+/// parallel region: each thread computes the same rows of gate and up and
+/// applies swiglu to them, so the activation needs no second pass over
+/// threads. h, up_scratch: (gate.rows); gate and up have the same shape.
+/// Equals swiglu(matvec(gate), matvec(up)) bit for bit.
+inline void matvec_swiglu(const weight_view& gate, const weight_view& up, const float* x, float* h, float* up_scratch,
+                          thread_pool* pool) {
+  require(gate.rows == up.rows && gate.cols == up.cols, "matvec_swiglu: gate and up differ in shape");
+  const std::size_t rows = gate.rows;
+  parallel_for(pool, detail::matvec_blocks(gate), [&](std::size_t b0, std::size_t b1) {
+    const std::size_t r0 = b0 * detail::matvec_row_block, r1 = std::min(rows, b1 * detail::matvec_row_block);
+    detail::matvec_row_range(gate, x, h, r0, r1);
+    detail::matvec_row_range(up, x, up_scratch, r0, r1);
+    swiglu(h + r0, h + r0, up_scratch + r0, r1 - r0);
+  }, 2 * rows * gate.cols);
 }
 
 }  // namespace kestrel::cpu

@@ -6,7 +6,12 @@
 // threads or allocating: workers live as long as the pool, a call publishes
 // a (function pointer, context) pair without allocating, workers spin briefly
 // for the next call (the next matvec usually follows within microseconds) and
-// then sleep on a condition variable so an idle pool costs no CPU.
+// then sleep on a condition variable so an idle pool costs no CPU. Each call
+// is cut into a few chunks per thread that the threads claim one at a time,
+// so on a shared machine a descheduled worker delays a call by at most one
+// chunk (or not at all when it has not yet claimed one) rather than by its
+// whole share; publishing a call and joining it take no lock unless a
+// thread has gone to sleep.
 //
 // Contract: one parallel_for at a time per pool (the pool is not a queue):
 // a second thread calling while a call is running gets invalid_argument
@@ -14,6 +19,7 @@
 // (on the caller or a worker) runs inline on the calling thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
@@ -66,11 +72,21 @@ class thread_pool {
 
   std::size_t size() const noexcept { return n_threads_; }
 
-  /// Splits [0, n) into size() contiguous chunks of near-equal length and
-  /// calls f(begin, end) once per non-empty chunk, the caller taking the
-  /// first; returns when all are done. The first exception thrown by f is
-  /// rethrown here after every chunk has finished. Throws invalid_argument,
-  /// touching nothing, when another thread's call on this pool is running.
+  /// How many chunks parallel_for(n, f) splits [0, n) into: a few per
+  /// thread, so a thread that the OS deschedules (2 cores shared with other
+  /// processes) holds up at most one small chunk while the others take the
+  /// rest, instead of a whole 1/size() share.
+  std::size_t chunk_count(std::size_t n) const noexcept {
+    return n_threads_ == 1 ? (n ? 1 : 0) : std::min(n, n_threads_ * chunks_per_thread);
+  }
+
+  /// Splits [0, n) into chunk_count(n) contiguous chunks of near-equal
+  /// length and calls f(begin, end) once per chunk; the caller and the
+  /// workers claim chunks one at a time until none is left (a worker that
+  /// has not woken up by then simply misses the call). Returns when all are
+  /// done. The first exception thrown by f is rethrown here after every
+  /// chunk has finished. Throws invalid_argument, touching nothing, when
+  /// another thread's call on this pool is running.
   template <class F>
   void parallel_for(std::size_t n, F&& f) {
     if (n == 0) return;
@@ -89,32 +105,38 @@ class thread_pool {
       ~release_busy() { busy.store(false, std::memory_order_release); }
     } const release{busy_};
     using fn_t = std::remove_reference_t<F>;
+    const std::uint64_t total = chunk_count(n);
     job_fn_ = [](void* ctx, std::size_t b, std::size_t e) { (*static_cast<fn_t*>(ctx))(b, e); };
     job_ctx_ = const_cast<void*>(static_cast<const void*>(std::addressof(f)));
     job_n_ = n;
     error_ = nullptr;
-    pending_.store(static_cast<std::uint32_t>(n_threads_ - 1), std::memory_order_relaxed);
-    // Release: workers that observe the new generation see the job above.
-    // The bump happens under the mutex so a worker between its check and
-    // its wait cannot miss it.
-    {
-      std::lock_guard lock(mutex_);
-      generation_.fetch_add(1, std::memory_order_release);
+    done_chunks_.store(0, std::memory_order_relaxed);
+    // Publishing the new generation (with its chunk count, next chunk 0)
+    // releases the job above to whoever claims a chunk of it. The mutex and
+    // notify (a futex call) are paid only when a worker has gone to sleep:
+    // this store and the sleepers_ load, and a sleeper's increment and
+    // state check (worker_loop), are all seq_cst, so either this load sees
+    // the sleeper or the sleeper sees the new generation.
+    generation_ += 1;
+    state_.store(std::uint64_t{generation_} << 32 | total << 16, std::memory_order_seq_cst);
+    if (sleepers_.load(std::memory_order_seq_cst) != 0) {
+      { std::lock_guard lock(mutex_); }  // orders the notify after a sleeper's check
+      wake_.notify_all();
     }
-    wake_.notify_all();
 
-    run_chunk(0);
+    run_chunks(generation_);
 
-    // Wait for the workers: spin first (chunks are balanced, so they finish
-    // at about the same time as ours), then sleep.
-    for (int spin = 0; spin < spin_iterations; ++spin) {
-      if (pending_.load(std::memory_order_acquire) == 0) break;
-      detail::cpu_relax();
-    }
-    if (pending_.load(std::memory_order_acquire) != 0) {
+    // Wait for chunks that workers claimed and are still running: spin
+    // first (a chunk is short), then sleep.
+    auto all_done = [&] { return done_chunks_.load(std::memory_order_seq_cst) == total; };
+    for (int spin = 0; spin < spin_iterations && !all_done(); ++spin) detail::cpu_relax();
+    if (!all_done()) {
       std::unique_lock lock(mutex_);
-      done_.wait(lock, [&] { return pending_.load(std::memory_order_acquire) == 0; });
+      caller_sleeping_.store(true, std::memory_order_seq_cst);
+      done_.wait(lock, all_done);
+      caller_sleeping_.store(false, std::memory_order_relaxed);
     }
+    std::atomic_thread_fence(std::memory_order_acquire);  // the workers' chunks happen before our return
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
@@ -123,51 +145,74 @@ class thread_pool {
   // than the gap between two kernels of a layer, short enough not to starve
   // other threads when the pool has more threads than cores.
   static constexpr int spin_iterations = 2000;
+  // Chunks per thread and call: 4 keeps the claiming cost (one contended
+  // compare-exchange per chunk, ~100 ns) small against a decode matvec
+  // (tens of microseconds) while bounding what a descheduled thread delays.
+  static constexpr std::size_t chunks_per_thread = 4;
 
   static thread_pool*& current_pool() noexcept {
     thread_local thread_pool* pool = nullptr;
     return pool;
   }
 
-  void run_chunk(std::size_t i) noexcept {
-    // Chunk i is [i*n/T, (i+1)*n/T): lengths differ by at most one.
-    const std::size_t n = job_n_, t = n_threads_;
-    const std::size_t b = i * n / t, e = (i + 1) * n / t;
-    if (b == e) return;
-    thread_pool* const outer = std::exchange(current_pool(), this);
-    try {
-      job_fn_(job_ctx_, b, e);
-    } catch (...) {
-      std::lock_guard lock(error_mutex_);
-      if (!error_) error_ = std::current_exception();
+  /// Claims and runs chunks of generation `gen` until none is left (or the
+  /// call has moved on). state_ packs (generation << 32 | total << 16 |
+  /// next): a claim is a compare-exchange that fails once the generation
+  /// changes, so a late worker never touches a newer call's counter, and
+  /// the job fields are read only after a successful claim, while the
+  /// caller is still waiting for that chunk.
+  void run_chunks(std::uint32_t gen) noexcept {
+    std::uint64_t s = state_.load(std::memory_order_acquire);
+    for (;;) {
+      if (static_cast<std::uint32_t>(s >> 32) != gen) return;
+      const std::uint64_t total = (s >> 16) & 0xffff, next = s & 0xffff;
+      if (next >= total) return;
+      if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+      // Chunk i is [i*n/total, (i+1)*n/total): lengths differ by at most one.
+      const std::size_t n = job_n_;
+      const std::size_t b = next * n / total, e = (next + 1) * n / total;
+      thread_pool* const outer = std::exchange(current_pool(), this);
+      try {
+        job_fn_(job_ctx_, b, e);
+      } catch (...) {
+        std::lock_guard lock(error_mutex_);
+        if (!error_) error_ = std::current_exception();
+      }
+      current_pool() = outer;
+      if (done_chunks_.fetch_add(1, std::memory_order_seq_cst) + 1 == total &&
+          caller_sleeping_.load(std::memory_order_seq_cst)) {
+        // Only when the caller gave up spinning. Its flag store and check,
+        // and this increment and flag load, are seq_cst: either it sees the
+        // count or we see the flag. Taking the mutex orders the notify
+        // after its check (made under the mutex).
+        std::lock_guard lock(mutex_);
+        done_.notify_one();
+      }
+      s = state_.load(std::memory_order_acquire);
     }
-    current_pool() = outer;
   }
 
-  void worker_loop(std::size_t index) {
-    // Generation 0 is the pool's start, not a job. (Reading generation_ here
+  void worker_loop(std::size_t) {
+    // Generation 0 is the pool's start, not a job. (Reading state_ here
     // instead would miss a first call made before this thread got going.)
     std::uint32_t seen = 0;
+    auto generation = [&] { return static_cast<std::uint32_t>(state_.load(std::memory_order_seq_cst) >> 32); };
     for (;;) {
       std::uint32_t g = seen;
       for (int spin = 0; spin < spin_iterations && g == seen; ++spin) {
         detail::cpu_relax();
-        g = generation_.load(std::memory_order_acquire);
+        g = generation();
       }
       if (g == seen) {
         std::unique_lock lock(mutex_);
-        wake_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
-        g = generation_.load(std::memory_order_acquire);
+        sleepers_.fetch_add(1, std::memory_order_seq_cst);
+        wake_.wait(lock, [&] { return generation() != seen; });
+        sleepers_.fetch_sub(1, std::memory_order_relaxed);
+        g = generation();
       }
       seen = g;
       if (stop_.load(std::memory_order_acquire)) return;
-      run_chunk(index);
-      if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-        // Taking the mutex orders this notify after the caller's check of
-        // pending_ (done under the same mutex), so the wakeup cannot be lost.
-        std::lock_guard lock(mutex_);
-        done_.notify_one();
-      }
+      run_chunks(g);
     }
   }
 
@@ -175,7 +220,8 @@ class thread_pool {
     {
       std::lock_guard lock(mutex_);
       stop_.store(true, std::memory_order_release);
-      generation_.fetch_add(1, std::memory_order_release);
+      generation_ += 1;
+      state_.store(std::uint64_t{generation_} << 32, std::memory_order_seq_cst);  // no chunks
     }
     wake_.notify_all();
     for (auto& w : workers_)
@@ -191,13 +237,16 @@ class thread_pool {
   void* job_ctx_ = nullptr;
   std::size_t job_n_ = 0;
 
-  std::atomic<std::uint32_t> generation_{0};  // bumped once per call (and at shutdown)
-  std::atomic<std::uint32_t> pending_{0};     // workers still running the current call
+  std::uint32_t generation_ = 0;        // the current call's number; written by the caller only
+  std::atomic<std::uint64_t> state_{0};  // (generation << 32 | chunks << 16 | next chunk to claim)
+  std::atomic<std::uint32_t> done_chunks_{0};  // chunks of the current call finished
   std::atomic<bool> stop_{false};
   std::atomic<bool> busy_{false};    // a parallel_for is running (not counting inline nested calls)
-  std::mutex mutex_;                 // guards sleeping: bumps of generation_, the last pending_ notify
+  std::atomic<std::uint32_t> sleepers_{0};    // workers asleep (or about to be) on wake_
+  std::atomic<bool> caller_sleeping_{false};  // the caller is asleep (or about to be) on done_
+  std::mutex mutex_;                 // guards sleeping on wake_ and done_
   std::condition_variable wake_;     // workers sleep here between calls
-  std::condition_variable done_;     // the caller sleeps here until pending_ == 0
+  std::condition_variable done_;     // the caller sleeps here until every chunk is done
 
   std::mutex error_mutex_;
   std::exception_ptr error_;

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <utility>
 
 #include "kestrel/core/tensor.hpp"
@@ -26,6 +27,12 @@ class cpu_backend {
 
   void matvec(const weight_view& w, const float* x, float* y) { cpu::matvec(w, x, y, pool_.get()); }
   void matmul(const weight_view& w, const float* x, std::size_t n, float* y) { cpu::matmul(w, x, n, y, pool_.get()); }
+  /// Optional (model/concepts.hpp): several products of one x in one parallel region.
+  void matvec_fused(std::span<const cpu::matvec_job> jobs, const float* x) { cpu::matvec_fused(jobs, x, pool_.get()); }
+  /// Optional: h = silu(gate x) * (up x) in one parallel region; up_scratch: (gate.rows).
+  void matvec_swiglu(const weight_view& gate, const weight_view& up, const float* x, float* h, float* up_scratch) {
+    cpu::matvec_swiglu(gate, up, x, h, up_scratch, pool_.get());
+  }
   void row_to_f32(const weight_view& w, std::size_t row, float* y) { cpu::row_to_f32(w, row, y); }
   void rmsnorm(float* y, const float* x, const float* weight, std::size_t n, float eps) { cpu::rmsnorm(y, x, weight, n, eps); }
   void layernorm(float* y, const float* x, const float* weight, const float* bias, std::size_t n, float eps) {

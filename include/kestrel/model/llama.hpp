@@ -125,6 +125,14 @@ class llama_model {
  private:
   enum class phase { prefill, decode };
 
+  /// Whether the backend offers the optional fused decode products
+  /// (model/concepts.hpp); without them decode calls matvec per matrix.
+  static constexpr bool fuses_matvecs =
+      requires(B& b, std::span<const cpu::matvec_job> jobs, const weight_view& w, const float* x, float* y) {
+        b.matvec_fused(jobs, x);
+        b.matvec_swiglu(w, w, x, y, y);
+      };
+
   void check_tokens(std::span<const token_id> tokens) const {
     for (token_id t : tokens)
       if (t < 0 || static_cast<std::size_t>(t) >= n_vocab())
@@ -205,9 +213,19 @@ class llama_model {
     const std::size_t n_embd = cfg_.n_embd(), kv_dim = hp_.kv_dim(), head_dim = hp_.head_dim();
     float *X = px_.data(), *XB = pxb_.data(), *Q = pq_.data(), *K = pk_.data(), *V = pv_.data(), *ATT = patt_.data();
     norm(XB, X, L.attn_norm, L.attn_norm_b, n);
-    linear<P>(L.wq, L.bq, XB, n, Q);
-    linear<P>(L.wk, L.bk, XB, n, K);
-    linear<P>(L.wv, L.bv, XB, n, V);
+    if constexpr (P == phase::decode && fuses_matvecs) {
+      // One parallel region for the three products of XB (decode is
+      // dominated by per-region synchronization on small models).
+      const cpu::matvec_job jobs[3] = {{&L.wq, Q}, {&L.wk, K}, {&L.wv, V}};
+      backend_.matvec_fused(jobs, XB);
+      if (L.bq) backend_.add(Q, L.bq, L.wq.rows);
+      if (L.bk) backend_.add(K, L.bk, L.wk.rows);
+      if (L.bv) backend_.add(V, L.bv, L.wv.rows);
+    } else {
+      linear<P>(L.wq, L.bq, XB, n, Q);
+      linear<P>(L.wk, L.bk, XB, n, K);
+      linear<P>(L.wv, L.bv, XB, n, V);
+    }
     for (std::size_t i = 0; i < n; ++i) {
       if (hp_.positions == position_type::rope) {
         backend_.rope(Q + i * n_embd, cfg_.n_head(), head_dim, pos0 + i, rope_);
@@ -228,6 +246,14 @@ class llama_model {
     const std::size_t n_embd = cfg_.n_embd(), n_ff = cfg_.n_ff();
     float *X = px_.data(), *XB = pxb_.data(), *H = ph_.data(), *H2 = ph2_.data();
     norm(XB, X, L.ffn_norm, L.ffn_norm_b, n);
+    if constexpr (P == phase::decode && fuses_matvecs) {
+      if (hp_.ffn == ffn_type::swiglu && !L.ffn_up_b) {
+        backend_.matvec_swiglu(L.ffn_gate, L.ffn_up, XB, H, H2);  // one region for gate, up and silu
+        linear<P>(L.ffn_down, L.ffn_down_b, H, n, XB);
+        backend_.add(X, XB, n * n_embd);
+        return;
+      }
+    }
     if (hp_.ffn == ffn_type::swiglu) {
       linear<P>(L.ffn_gate, nullptr, XB, n, H);
       linear<P>(L.ffn_up, L.ffn_up_b, XB, n, H2);
