@@ -7,7 +7,10 @@
 // Prefill uses the same arithmetic per token: a token's output is the same
 // dot, bit for bit, whether it is computed alone (decode) or among others,
 // so decode after prefill gives what a longer prefill gives (the KV-cache
-// invariant holds as tightly as for float weights). For the k-quants the
+// invariant holds as tightly as for float weights). For the legacy types
+// with AVX-512 VNNI, 16-row panels meet 8-token groups (legacy_panels below,
+// quant/legacy_tokens.hpp), bit-identical to quant::ref::dot_fused; without
+// it, one quant::dot per (row, token). For the k-quants the
 // fast path blocks tokens and rows for the caches and takes tokens in groups
 // of quant::vec_dot_group that share each weight block's unpacking. The fast and reference paths differ only in the dot:
 // the SIMD kernels (quant::dot for the legacy types, quant::vec_dot for the
