@@ -22,6 +22,7 @@
 // vectors) as uninitialized once inlined; a known false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -330,24 +331,28 @@ std::uint64_t peak_rss_bytes() {
   return 0;
 }
 
-/// The commit of the checkout the binary was built in (build directories
-/// live inside it), or of the source file's; "unknown" outside a checkout.
+/// The commit the binary was built from: in the checkout that holds the
+/// binary (build directories live inside it), the newest commit no later
+/// than the binary's modification time (HEAD itself would name commits made
+/// after the build). Uncommitted edits at build time are not visible.
+/// "unknown" outside a checkout.
 std::string build_commit() {
   std::error_code ec;
   const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  for (const auto& dir : {exe.parent_path(), std::filesystem::absolute(__FILE__, ec).parent_path()}) {
-    if (dir.empty()) continue;
-    const std::string cmd = "git -C '" + dir.string() + "' rev-parse --short HEAD 2>/dev/null";
-    std::string out;
-    if (FILE* p = popen(cmd.c_str(), "r")) {
-      char buf[64];
-      while (std::fgets(buf, sizeof buf, p)) out += buf;
-      pclose(p);
-    }
-    while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-    if (!out.empty()) return out;
+  if (ec) return "unknown";
+  struct stat st {};
+  if (::stat(exe.c_str(), &st) != 0) return "unknown";
+  const long long secs = static_cast<long long>(st.st_mtime);
+  const std::string cmd = "git -C '" + exe.parent_path().string() + "' log -1 --format=%h --before=@" +
+                          std::to_string(secs) + " HEAD 2>/dev/null";
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[64];
+    while (std::fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
   }
-  return "unknown";
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out.empty() ? "unknown" : out;
 }
 
 std::string utc_now() {
