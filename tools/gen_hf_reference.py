@@ -416,12 +416,12 @@ def numpy_check(out):
     global H
     H = out
     res = {}
-    for m in ["llama", "llama-sharded", "llama-bf16", "llama3", "mistral", "qwen2", "phi3", "gpt2"]:
+    for m in ["llama", "llama-sharded", "llama-bf16", "llama3", "mistral", "qwen2", "phi3", "gpt2", "gpt2-f16"]:
         with open(os.path.join(H, m, "logits.json")) as f:
             ref = json.load(f)
         worst = 0.0
         for sq in ref["sequences"]:
-            got = (gpt2 if m == "gpt2" else llama_like)(m, sq["tokens"])
+            got = (gpt2 if m.startswith("gpt2") else llama_like)(m, sq["tokens"])
             worst = max(worst, float(np.abs(got - np.array(sq["logits"])).max()))
         res[m] = worst
         assert worst < 1e-4, (m, worst)
@@ -488,6 +488,21 @@ def main():
             d = max_diff(run(mf, long_seq), run(model, long_seq))
             checks["llama-bf16: max |logit diff| vs f32 llama (20 tokens)"] = d
             write_json(os.path.join(bf, "logits.json"), bdoc)
+
+        if name == "gpt2":
+            # float16 storage, through the transposed Conv1D path: the f16
+            # weights upcast exactly to f32, all arithmetic in f32.
+            hf = os.path.join(args.out, "gpt2-f16")
+            save(build(name).to(torch.float16), hf)
+            if name in LEGACY_CONFIG:
+                to_legacy_config(hf, **LEGACY_CONFIG[name])
+            mf = GPT2LMHeadModel.from_pretrained(hf, attn_implementation="eager",
+                                                 dtype=torch.float16).to(torch.float32).eval()
+            hdoc = logits_doc(mf, "weights stored as float16 (round-to-nearest-even from the gpt2 "
+                                  "model's f32 weights); logits computed with those f16 values "
+                                  "upcast exactly to float32, all arithmetic in float32")
+            checks["gpt2-f16: max |logit diff| vs f32 gpt2 (20 tokens)"] = max_diff(run(mf, long_seq), run(model, long_seq))
+            write_json(os.path.join(hf, "logits.json"), hdoc)
 
     for m, d in numpy_check(args.out).items():
         checks[f"{m}: max |float64 numpy re-implementation - logits.json|"] = d

@@ -42,5 +42,6 @@
 #include "kestrel/tokenizer/gguf_vocab.hpp"
 #include "kestrel/tokenizer/llama2c_vocab.hpp"
 #include "kestrel/tokenizer/pretokenize.hpp"
+#include "kestrel/tokenizer/sentencepiece_model.hpp"
 #include "kestrel/tokenizer/special.hpp"
 #include "kestrel/tokenizer/spm.hpp"

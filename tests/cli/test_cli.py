@@ -81,7 +81,7 @@ bad = [
     (["-m", fx("gguf/stories260K.gguf"), "-c", "4", "-p", prompt], b"longer than the context length of 4"),
     (["-m", fx("llama2c/stories260K.bin")], b"tokenizer"),
     (["-m", "/nonexistent/model.gguf"], b"cannot open"),
-    (["-m", fixtures], b"is a directory"),
+    (["-m", fixtures], b"a Hugging Face model directory needs config.json"),  # a directory is read as an HF model
     (["-m", fx("llamacpp-vocab/ggml-vocab-llama-spm.gguf.inp")], b""),
     ([], b"no model"),
 ]

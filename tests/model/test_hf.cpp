@@ -100,7 +100,7 @@ void check_arch(const std::string& name, bool via_gguf = false) {
 }  // namespace
 
 TEST_CASE("hf: every architecture matches transformers' logits (fast backend)") {
-  for (const char* name : {"llama", "llama-sharded", "llama-bf16", "llama3", "mistral", "qwen2", "gpt2", "phi3"}) {
+  for (const char* name : {"llama", "llama-sharded", "llama-bf16", "llama3", "mistral", "qwen2", "gpt2", "gpt2-f16", "phi3"}) {
     SUBCASE(name) { check_arch<cpu_backend>(name); }
   }
 }
@@ -114,7 +114,7 @@ TEST_CASE("hf: every architecture matches transformers' logits (scalar twins)") 
 TEST_CASE("hf -> GGUF: every architecture written in llama.cpp's conventions loads back to the same logits") {
   // llama's q/k rows are permuted to adjacent pairs and run normal RoPE;
   // phi3/gpt2 tensors are fused; the GGUF loader undoes all of it.
-  for (const char* name : {"llama", "llama-bf16", "llama3", "mistral", "qwen2", "gpt2", "phi3"}) {
+  for (const char* name : {"llama", "llama-bf16", "llama3", "mistral", "qwen2", "gpt2", "gpt2-f16", "phi3"}) {
     SUBCASE(name) { check_arch<cpu_backend>(name, /*via_gguf=*/true); }
   }
 }
@@ -184,4 +184,18 @@ TEST_CASE("hf: bad configs and weights are clear errors naming the key or tensor
   CHECK(e.find("lm_head.weight") != std::string::npos);
   // Not a directory / no config.
   CHECK(!err(hf_dir("no-such-model")).empty());
+}
+
+TEST_CASE("hf: the hf-tiny llama directory (pytorch_model.bin + tokenizer.model) loads as a model file and runs") {
+  const auto dir = test::fixture("hf-tiny/tiny-random-llama");
+  if (!dir) return;
+  auto file = load_model_file(*dir);
+  CHECK(file.format == model_format::hf);
+  CHECK(file.tokenizer.spm() != nullptr);
+  CHECK(file.weights.hparams.n_vocab == 32000);
+  CHECK(file.weights.hparams.n_embd == 4);
+  llama_model<> m(file.weights, 64, cpu_backend(1));
+  const auto toks = file.tokenizer.encode("Hello world", true);
+  CHECK(toks == std::vector<token_id>{1, 15043, 3186});
+  for (float v : m.prefill(toks)) REQUIRE(std::isfinite(v));
 }

@@ -21,6 +21,7 @@
 #include "kestrel/model/weights.hpp"
 #include "kestrel/tokenizer/any.hpp"
 #include "kestrel/tokenizer/llama2c_vocab.hpp"
+#include "kestrel/tokenizer/sentencepiece_model.hpp"
 
 namespace kestrel {
 
@@ -273,7 +274,7 @@ struct model_file {
 };
 
 /// Loads a GGUF file (weights and tokenizer), a Hugging Face directory (its
-/// tokenizer.json: byte-level BPE), or a llama2.c checkpoint with its
+/// tokenizer.model: SentencePiece, else tokenizer.json: byte-level BPE), or a llama2.c checkpoint with its
 /// `tokenizer.bin` (required for llama2.c files; for the others an explicit
 /// tokenizer.bin replaces the model's own vocabulary).
 inline model_file load_model_file(const std::filesystem::path& path,
@@ -290,8 +291,13 @@ inline model_file load_model_file(const std::filesystem::path& path,
     } else if (format == model_format::hf) {
       weights = load_hf_weights(path);
       if (!tokenizer) {
+        // SentencePiece models (llama, mistral) ship tokenizer.model, whose
+        // scores our encoder uses; byte-level BPE ones (qwen2, gpt2) only
+        // tokenizer.json.
+        if (std::filesystem::exists(path / "tokenizer.model"))
+          return spm_tokenizer(load_sentencepiece_model(path / "tokenizer.model"));
         if (!std::filesystem::exists(path / "tokenizer.json"))
-          throw invalid_argument(name + ": the directory has no tokenizer.json; pass a tokenizer (--tokenizer FILE)");
+          throw invalid_argument(name + ": the directory has no tokenizer.model or tokenizer.json; pass a tokenizer (--tokenizer FILE)");
         return bpe_tokenizer(load_bpe_hf_json(path / "tokenizer.json"));
       }
     } else {
