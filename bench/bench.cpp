@@ -43,6 +43,7 @@
 
 #include "../examples/common/cli.hpp"
 #include "common.hpp"
+#include "build_info.h"
 #include "kestrel/quant/mix.hpp"
 
 namespace {
@@ -331,29 +332,9 @@ std::uint64_t peak_rss_bytes() {
   return 0;
 }
 
-/// The commit the binary was built from: in the checkout that holds the
-/// binary (build directories live inside it), the newest commit no later
-/// than the binary's modification time (HEAD itself would name commits made
-/// after the build). Uncommitted edits at build time are not visible.
-/// "unknown" outside a checkout.
-std::string build_commit() {
-  std::error_code ec;
-  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "unknown";
-  struct stat st {};
-  if (::stat(exe.c_str(), &st) != 0) return "unknown";
-  const long long secs = static_cast<long long>(st.st_mtime);
-  const std::string cmd = "git -C '" + exe.parent_path().string() + "' log -1 --format=%h --before=@" +
-                          std::to_string(secs) + " HEAD 2>/dev/null";
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[64];
-    while (std::fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out.empty() ? "unknown" : out;
-}
+/// The commit the binary was built from (bench/build_info.h, written by
+/// Meson's vcs_tag: "git describe --always --dirty" at build time).
+std::string build_commit() { return KESTREL_BUILD_COMMIT; }
 
 std::string utc_now() {
   char buf[64];
