@@ -165,7 +165,14 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
   const std::size_t blocks = (rows + block - 1) / block;
   visit_weight(w, [&](const auto* data) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;
-    parallel_for(pool, blocks, [&](std::size_t b0, std::size_t b1) {
+    // Each Eigen call packs all of X again, so the Eigen path takes one
+    // part per thread (the pool's dynamic chunks would cut it into 4 per
+    // thread and pack X 4 times as often); the skinny path packs nothing
+    // and takes the pool's finer chunks.
+    const bool eigen = n_tokens > detail::skinny_max_tokens<T>;
+    const std::size_t parts = eigen && pool ? std::min(blocks, pool->size()) : blocks;
+    parallel_for(pool, parts, [&](std::size_t p0, std::size_t p1) {
+      const std::size_t b0 = p0 * blocks / parts, b1 = p1 * blocks / parts;
       const std::size_t r0 = b0 * block, r1 = std::min(rows, b1 * block);
       if (n_tokens <= detail::skinny_max_tokens<T>)
         detail::matmul_skinny(data, rows, cols, x, n_tokens, y, r0, r1);

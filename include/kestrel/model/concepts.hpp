@@ -18,6 +18,12 @@
 //                                        (multiply-adds) lets the backend run small jobs inline
 //   b.n_threads()                        -> std::size_t
 //
+// Optional expressions (llama_model detects them with `requires` and falls
+// back to one matvec per matrix): fusions that save decode one parallel
+// region each, bit-identical to the unfused calls.
+//   b.matvec_fused(jobs, x)              y_j = W_j x for a span of cpu::matvec_job {&w, y}
+//   b.matvec_swiglu(gate, up, x, h, s)   h = silu(gate x) * (up x); s: (rows) scratch
+//
 // Semantics: every operation has the meaning of its scalar twin in
 // cpu/ref/; a backend may reorder floating-point sums (tolerances in the
 // tests are derived for that) but nothing else.
