@@ -51,6 +51,7 @@
 #include "common.hpp"
 #include "kestrel/cpu/matmul.hpp"
 #include "kestrel/cpu/matvec.hpp"
+#include "kestrel/cpu/quantized.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/cpu/ref/linear.hpp"
 #include "kestrel/quant/kquants.hpp"
@@ -134,32 +135,52 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
   std::vector<B> w(rows * cols / qk);
   q::quantize_row(xw.data(), w.data(), rows * cols);
   const double bytes = double(w.size() * sizeof(B));
-  for (auto [r_, c_] : {std::pair{rows, cols}, std::pair{cols, rows}}) {
-    const std::size_t R = r_, C = c_;
-    kestrel::weight_view view;
-    view.type = type;
-    view.data = w.data();
-    view.rows = R;
-    view.cols = C;
-    const auto x = random_floats(C, 4);
-    std::vector<float> y(R);
-    std::vector<A> act(C / qk);
-    const auto m = time_interleaved(repeats, {
-        [&] { kestrel::cpu::ref::matvec(view, x.data(), y.data(), nullptr); },
-        [&] {
-          q::quantize_row(x.data(), act.data(), C);
-          for (std::size_t r = 0; r < R; ++r) y[r] = fast_dot(w.data() + r * (C / qk), act.data(), C);
-        },
-        [&] { kestrel::cpu::matvec(view, x.data(), y.data(), nullptr); },
-    });
-    std::printf("{\"bench\":\"kquant_dot\",\"type\":\"%s\",\"test\":\"matvec\",\"rows\":%zu,\"cols\":%zu,"
-                "\"weight_mb\":%.2f,\"ms_ref\":%.3f,\"ms_rowwise\":%.3f,\"ms_matvec\":%.3f,\"gbps_ref\":%.2f,"
-                "\"gbps_rowwise\":%.2f,\"gbps_matvec\":%.2f,\"matvec_vs_ref\":%.2f,\"matvec_vs_rowwise\":%.2f,"
-                "\"repeats\":%d}\n",
-                name, R, C, bytes / 1e6, m[0], m[1], m[2], bytes / m[0] / 1e6, bytes / m[1] / 1e6, bytes / m[2] / 1e6,
-                m[0] / m[2], m[1] / m[2], repeats);
-    std::fflush(stdout);
-  }
+  for (auto [r_, c_] : {std::pair{rows, cols}, std::pair{cols, rows}})
+    for (std::size_t n_threads : {std::size_t{1}, std::size_t{2}})
+      for (std::size_t nt : {std::size_t{1}, std::size_t{2}, std::size_t{4}}) {
+        if (nt > 1 && qk == 256) continue;
+        const std::size_t R = r_, C = c_;
+        kestrel::weight_view view;
+        view.type = type;
+        view.data = w.data();
+        view.rows = R;
+        view.cols = C;
+        kestrel::cpu::thread_pool pool(n_threads);
+        kestrel::cpu::thread_pool* pp = n_threads > 1 ? &pool : nullptr;
+        const auto x = random_floats(nt * C, 4);
+        std::vector<float> y(nt * R);
+        std::vector<A> act(nt * (C / qk));
+        const bool with_ref = n_threads == 1 && nt == 1;
+        const auto m = time_interleaved(repeats, {
+            [&] { if (with_ref) kestrel::cpu::ref::matvec(view, x.data(), y.data(), nullptr); },
+            [&] {  // the per-row SIMD dot (quant::dot / quant::vec_dot), rows split over the threads
+              for (std::size_t t = 0; t < nt; ++t) q::quantize_row(x.data() + t * C, act.data() + t * (C / qk), C);
+              kestrel::cpu::parallel_for(pp, R, [&](std::size_t r0, std::size_t r1) {
+                for (std::size_t r = r0; r < r1; ++r)
+                  for (std::size_t t = 0; t < nt; ++t)
+                    y[t * R + r] = fast_dot(w.data() + r * (C / qk), act.data() + t * (C / qk), C);
+              }, nt * R * C);
+            },
+            [&] {  // legacy types: the 16-row x token-group tiles (quantized_linear's path before decode kernels)
+#if defined(KESTREL_LEGACY_PANEL)
+              if constexpr (qk == 32) {
+                for (std::size_t t = 0; t < nt; ++t) q::quantize_row(x.data() + t * C, act.data() + t * (C / qk), C);
+                kestrel::cpu::detail::legacy_panels<B>(reinterpret_cast<const std::byte*>(w.data()), (C / qk) * sizeof(B),
+                                                       R, act.data(), C / qk, nt, y.data(), pp);
+              }
+#endif
+            },
+            [&] { kestrel::cpu::matmul(view, x.data(), nt, y.data(), pp); },
+        });
+        const double b1 = bytes / 1e6;
+        std::printf("{\"bench\":\"kquant_dot\",\"type\":\"%s\",\"test\":\"matvec\",\"rows\":%zu,\"cols\":%zu,"
+                    "\"n_tokens\":%zu,\"threads\":%zu,\"weight_mb\":%.2f,\"gbps_ref\":%.2f,\"gbps_rowwise\":%.2f,"
+                    "\"gbps_tile\":%.2f,\"gbps_matvec\":%.2f,\"matvec_vs_rowwise\":%.2f,\"matvec_vs_tile\":%.2f,"
+                    "\"repeats\":%d}\n",
+                    name, R, C, nt, n_threads, b1, with_ref ? b1 / m[0] : 0.0, b1 / m[1], qk == 32 ? b1 / m[2] : 0.0,
+                    b1 / m[3], m[1] / m[3], qk == 32 ? m[2] / m[3] : 0.0, repeats);
+        std::fflush(stdout);
+      }
 
   // ---- prefill: Y = X W^T for n_tokens tokens, one thread ----
   {
@@ -316,5 +337,8 @@ int main(int argc, char** argv) {
   if (want("q5_K")) bench_type<q::block_q5_K, q::block_q8_K>("q5_K", dtype::q5_k, rows, cols, n_tokens, repeats);
   if (want("q6_K")) bench_type<q::block_q6_K, q::block_q8_K>("q6_K", dtype::q6_k, rows, cols, n_tokens, repeats);
   if (want("q4_0")) bench_type<q::block_q4_0, q::block_q8_0>("q4_0", dtype::q4_0, rows, cols, n_tokens, repeats);
+  if (want("q4_1")) bench_type<q::block_q4_1, q::block_q8_1>("q4_1", dtype::q4_1, rows, cols, n_tokens, repeats);
+  if (want("q5_0")) bench_type<q::block_q5_0, q::block_q8_0>("q5_0", dtype::q5_0, rows, cols, n_tokens, repeats);
+  if (want("q5_1")) bench_type<q::block_q5_1, q::block_q8_1>("q5_1", dtype::q5_1, rows, cols, n_tokens, repeats);
   if (want("q8_0")) bench_type<q::block_q8_0, q::block_q8_0>("q8_0", dtype::q8_0, rows, cols, n_tokens, repeats);
 }

@@ -1,7 +1,9 @@
 // tests/quant/test_legacy_tokens.cpp: the legacy-format tile kernel
 // (quant::dot_tile: panels of rows x groups of tokens) against its exact-order
 // scalar twin quant::ref::dot_fused, bit for bit, and dot_fused against the
-// plain twin quant::ref::dot within a derived bound.
+// plain twin quant::ref::dot within a derived bound; and the decode kernel
+// (quant::dot_rows_decode, legacy_decode.hpp) within gamma_(nb+6) T of the
+// exact sum, a token in a group equal to the token alone bit for bit.
 //
 // Bit for bit: dot_tile's per-(row, token) arithmetic is dot_fused's (exact
 // integer block sums, then one fma per block term in block order), so any
@@ -26,6 +28,7 @@
 
 #include "cpu/helpers.hpp"
 #include "kestrel/quant/legacy.hpp"
+#include "kestrel/quant/legacy_decode.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
 
 namespace q = kestrel::quant;
@@ -156,4 +159,111 @@ TEST_CASE("quant: dot_tile and dot_fused need whole blocks") {
   CHECK_THROWS_AS(q::dot_tile(w.data(), 2, 1, a.data(), 40, 1, out, 1), kestrel::invalid_argument);
   CHECK_THROWS_AS(q::ref::dot_fused(w.data(), a.data(), 40), kestrel::invalid_argument);
   CHECK(q::ref::dot_fused(w.data(), a.data(), 0) == 0.0f);
+}
+
+// ---- the decode kernel (legacy_decode.hpp) ----
+//
+// Against the exact dot (integers exact, products d_w d_a exact, summed in
+// double: within 2^-53 relative of exact, far below the tolerance):
+// |got - exact| <= gamma_(nb+6) T, T = sum_b (|d_w d_a| sum_j |(q_w - o) q_a|
+// + |m_w s_a|), the bound derived in legacy_decode.hpp (scalar twin: ref::dot,
+// within gamma_(nb+3) T of the same exact sum, test_legacy.cpp). Each token's
+// outputs are the same bits whether it is alone or in a group (every token
+// runs the same instruction sequence), and nothing is written past the rows.
+
+namespace {
+
+template <class W>
+void check_decode(const std::vector<W>& w, const std::vector<q::activation_of_t<W>>& a, std::size_t rows,
+                  std::size_t n_tokens, std::size_t n) {
+  const std::size_t nb = n / 32;
+  std::vector<q::decode_acts<W>> acts(n_tokens);
+  std::vector<const q::decode_acts<W>*> ap(n_tokens);
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    acts[t].prepare(a.data() + t * nb, nb);
+    ap[t] = &acts[t];
+  }
+  const auto* base = reinterpret_cast<const std::byte*>(w.data());
+  std::vector<float> out(n_tokens * rows + 1, -7.0f);
+  q::dot_rows_decode<W>(base, nb * sizeof(W), rows, ap.data(), n_tokens, out.data(), rows);
+  std::size_t bad = 0, alone_bad = 0;
+  double worst = 0;
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    std::vector<float> alone(rows, -7.0f);
+    q::dot_rows_decode<W>(base, nb * sizeof(W), rows, ap.data() + t, 1, alone.data(), rows);
+    for (std::size_t r = 0; r < rows; ++r) {
+      double exact = 0, T = 0;
+      for (std::size_t b = 0; b < nb; ++b) {
+        const W& wb = w[r * nb + b];
+        const auto& ab = a[t * nb + b];
+        int q[32];
+        if constexpr (std::is_same_v<W, q::block_q8_0>) {
+          for (int j = 0; j < 32; ++j) q[j] = wb.qs[j];
+        } else {
+          q::detail::unpack<q::ref::detail::fused_traits<W>::bits>(wb, q);
+        }
+        long isum = 0, iabs = 0;
+        for (int j = 0; j < 32; ++j) {
+          const long v = long(q[j] - q::ref::detail::fused_traits<W>::offset) * ab.qs[j];
+          isum += v;
+          iabs += v < 0 ? -v : v;
+        }
+        const double dd = double(kestrel::to_f32(wb.d)) * kestrel::to_f32(ab.d);
+        exact += dd * double(isum);
+        T += std::fabs(dd) * double(iabs);
+        if constexpr (q::has_offset_m<W>) {
+          const double ms = double(kestrel::to_f32(wb.m)) * kestrel::to_f32(ab.s);
+          exact += ms;
+          T += std::fabs(ms);
+        }
+      }
+      const double tol = gamma_n(nb + 6) * T, err = std::fabs(double(out[t * rows + r]) - exact);
+      bad += !(err <= tol);
+      if (tol > 0) worst = std::max(worst, err / tol);
+      alone_bad += !same_bits(alone[r], out[t * rows + r]);
+    }
+  }
+  CAPTURE(rows);
+  CAPTURE(n_tokens);
+  CAPTURE(n);
+  CAPTURE(worst);
+  CHECK(bad == 0);
+  CHECK(alone_bad == 0);
+  CHECK(out[n_tokens * rows] == -7.0f);
+}
+
+}  // namespace
+
+TEST_CASE_TEMPLATE("quant: dot_rows_decode within gamma_(nb+6) T of exact; a token in a group == the token alone", W,
+                   TILE_TYPES) {
+  using A = q::activation_of_t<W>;
+  // Block counts 1, 2, 3 (odd pair), 16 (one chunk), 17, 24 (partial chunk), 65.
+  for (std::size_t rows : {1, 3, 8})
+    for (std::size_t n_tokens = 1; n_tokens <= q::decode_kernel_tokens; ++n_tokens)
+      for (std::size_t nb : {1, 2, 3, 16, 17, 24, 65}) {
+        const std::size_t n = nb * 32;
+        const auto seed = static_cast<std::uint32_t>(rows * 1000 + n_tokens * 10 + n);
+        const auto w = quantized<W>(random_floats(rows * n, seed));
+        const auto a = quantized<A>(random_floats(n_tokens * n, seed + 1, -3.0f, 3.0f));
+        check_decode(w, a, rows, n_tokens, n);
+      }
+  // The extremes of dot_tile's test: codes at their ends against 127 / -128.
+  for (int pattern = 0; pattern < 4; ++pattern) {
+    const std::size_t rows = 5, n_tokens = 3, nb = 19, n = nb * 32;
+    std::vector<W> w(rows * nb);
+    for (auto& b : w) {
+      std::memset(&b, pattern % 2 ? 0xff : 0x00, sizeof b);
+      if constexpr (std::is_same_v<W, q::block_q8_0>) std::memset(b.qs, pattern % 2 ? 0x7f : 0x81, 32);
+      b.d = kestrel::to_f16(pattern < 2 ? 65504.0f : 6.0e-8f);
+      if constexpr (q::has_offset_m<W>) b.m = kestrel::to_f16(-3.0f);
+    }
+    std::vector<A> a(n_tokens * nb);
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      std::memset(a[i].qs, i % 2 ? 0x7f : 0x80, 32);
+      a[i].d = kestrel::to_f16(pattern < 2 ? 1.0e-3f : 65504.0f);
+      if constexpr (std::is_same_v<A, q::block_q8_1>) a[i].s = kestrel::to_f16(0.5f);
+    }
+    CAPTURE(pattern);
+    check_decode(w, a, rows, n_tokens, n);
+  }
 }

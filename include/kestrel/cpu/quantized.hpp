@@ -4,13 +4,15 @@
 // The activations are quantized once per call to the format the weight type
 // pairs with (q8_0 / q8_1 for the legacy types, q8_K for the k-quants, as
 // ggml does), then each weight row meets them in an integer dot product.
-// Prefill uses the same arithmetic per token: a token's output is the same
-// dot, bit for bit, whether it is computed alone (decode) or among others,
-// so decode after prefill gives what a longer prefill gives (the KV-cache
-// invariant holds as tightly as for float weights). For the legacy types
-// with AVX-512 VNNI, 16-row panels meet 8-token groups (legacy_panels below,
-// quant/legacy_tokens.hpp), bit-identical to quant::ref::dot_fused; without
-// it, one quant::dot per (row, token). For the k-quants the
+// For the k-quants a token's output is the same dot, bit for bit, whether
+// it is computed alone (decode) or among others. For the legacy types with
+// AVX-512 VNNI, a single token (n_tokens <= quant::decode_max_tokens) takes
+// the row-streaming decode kernel (quant/legacy_decode.hpp: two blocks per
+// zmm, memory-bound), and more tokens take 16-row panels against 8-token
+// groups (legacy_panels below, quant/legacy_tokens.hpp), bit-identical to
+// quant::ref::dot_fused; the two agree within derived rounding bounds, not
+// bit for bit (tests/cpu/test_linear.cpp). Without VNNI, one quant::dot per
+// (row, token). For the k-quants the
 // fast path blocks tokens and rows for the caches and takes tokens in groups
 // of quant::vec_dot_group that share each weight block's unpacking. The fast and reference paths differ only in the dot:
 // the SIMD kernels (quant::dot for the legacy types, quant::vec_dot for the
@@ -29,6 +31,7 @@
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
+#include "kestrel/quant/legacy_decode.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
 #include "kestrel/quant/ref/kquants.hpp"
 #include "kestrel/quant/ref/legacy.hpp"
@@ -173,6 +176,24 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
         return;
       }
     }
+#if defined(KESTREL_LEGACY_DECODE)
+    if constexpr (!std::is_same_v<A, quant::block_q8_K>) {
+      if (!reference && n_tokens <= quant::decode_max_tokens) {
+        // Decode (and up to decode_max_tokens tokens): every row streamed
+        // once, two blocks per zmm (quant/legacy_decode.hpp).
+        thread_local quant::decode_acts<B> acts[quant::decode_max_tokens];
+        const quant::decode_acts<B>* ap[quant::decode_max_tokens];
+        for (std::size_t t = 0; t < n_tokens; ++t) {
+          acts[t].prepare(a + t * nb, nb);
+          ap[t] = &acts[t];
+        }
+        parallel_for(pool, w.rows, [&](std::size_t r0, std::size_t r1) {
+          quant::dot_rows_decode<B>(base + r0 * row_bytes, row_bytes, r1 - r0, ap, n_tokens, y + r0, w.rows);
+        }, n_tokens * w.rows * cols);
+        return;
+      }
+    }
+#endif
 #if defined(KESTREL_LEGACY_PANEL)
     if constexpr (!std::is_same_v<A, quant::block_q8_K>) {
       if (!reference) {
