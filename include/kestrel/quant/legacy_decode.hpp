@@ -10,18 +10,20 @@
 //
 // ---- the AVX-512 VNNI kernel ----
 //
-// Two weight blocks per zmm: q8_0 as [qs_b | qs_b+1] (codes u = q ^ 0x80 =
-// q + 128), the nibble types as [lo_b | lo_b+1 | hi_b | hi_b+1] (the 16 low
-// nibbles, values 0..15, of each block, then the high ones, 16..31; the
-// q5 fifth bits or'ed in from qh through a byte mask). The token's bytes are
-// laid out once per call in the same order (decode_acts), so one vpdpbusd
-// per block pair leaves each block's sum over 4 (q8_0: 8) int32 lanes; the
-// accumulator starts at -o sum(q_a) in one lane per block, which removes the
-// code offset o (8 q4_0, 16 q5_0, 128 q8_0, 0 the _1 types) exactly: lane
-// sums stay below 2^21 (as in legacy_tokens.hpp), exact in int32 and float.
-// Per 16 blocks, one 32-bit gather fetches every block's f16 d (and m) and
-// the scales d_w d_a (exact: two 11-bit significands) are formed for all 16;
-// each pair's lanes take theirs by one vpermps. Per lane:
+// q8_0: two weight blocks per zmm, [qs_b | qs_b+1] (codes u = q ^ 0x80 =
+// q + 128). The nibble types: four blocks per unit of two zmm, the low
+// nibbles (values 0..15) of blocks b .. b+3 in the 4 128-bit lanes of one,
+// the high nibbles (16..31) in the other; for q5 the fifth bits are added as
+// 16 under byte masks made from one gather of the 16 blocks' qh (the 16-bit
+// halves of qh are exactly those masks, 64 bits per unit). The token's bytes
+// are laid out once per call in the same order (decode_acts), so one
+// vpdpbusd per zmm leaves each block's sum over 8 (q8_0) or 4 int32 lanes;
+// the accumulator starts at -o sum(q_a) in one lane per block, which removes
+// the code offset o (8 q4_0, 16 q5_0, 128 q8_0, 0 the _1 types) exactly:
+// lane sums stay below 2^21 (as in legacy_tokens.hpp), exact in int32 and
+// float. Per 16 blocks, one 32-bit gather fetches every block's f16 d (and
+// m) and the scales d_w d_a (exact: two 11-bit significands) are formed for
+// all 16; each unit's lanes take theirs by one vpermps. Per lane:
 //   acc = fma(float(lane sum), d_w d_a, acc)        (two alternating accumulators)
 // and for the _1 types, per lane (block) of a 16-block chunk,
 //   accm = fma(m_w, s_a, accm).
@@ -75,23 +77,28 @@ namespace detail::ld {
 
 inline constexpr std::size_t chunk_blocks = 16;  // blocks per scale gather
 
-/// A pair of activation blocks in the weights' byte order, and the integer
-/// accumulator's start (-o sum q_a at the lane that begins each block).
-struct alignas(64) act_pair {
-  std::int8_t q[64];
+template <class W> inline constexpr bool nibbles = !std::is_same_v<W, block_q8_0>;
+/// Blocks per unit (one int32 accumulator register): 2 for q8_0 (one zmm of
+/// codes), 4 for the nibble types (two zmm: low nibbles, then high ones).
+template <class W> inline constexpr std::size_t unit_blocks = nibbles<W> ? 4 : 2;
+template <class W> inline constexpr std::size_t unit_vecs = nibbles<W> ? 2 : 1;
+/// int32 lanes per block in a unit's accumulator.
+template <class W> inline constexpr std::size_t block_lanes = 16 / unit_blocks<W>;
+
+/// A unit's activation bytes in the weights' byte order, and the integer
+/// accumulator's start (-o sum q_a at the first lane of each block).
+template <class W>
+struct alignas(64) act_unit {
+  std::int8_t q[unit_vecs<W>][64];
   std::int32_t init[16];
 };
-/// 16 blocks of one token: 8 pairs, d_a and s_a per block (0 past the row).
+/// 16 blocks of one token: its units, d_a and s_a per block (0 past the row).
+template <class W>
 struct alignas(64) act_chunk {
-  act_pair pairs[chunk_blocks / 2];
+  act_unit<W> units[chunk_blocks / unit_blocks<W>];
   float d[chunk_blocks];
   float s[chunk_blocks];
 };
-
-template <class W> inline constexpr bool nibbles = !std::is_same_v<W, block_q8_0>;
-
-/// Lane of the block pair's first int32 that belongs to the second block.
-template <class W> inline constexpr int second_lane = nibbles<W> ? 4 : 8;
 
 }  // namespace detail::ld
 #endif
@@ -100,7 +107,7 @@ template <class W> inline constexpr int second_lane = nibbles<W> ? 4 : 8;
 template <class W>
 struct decode_acts {
 #if defined(KESTREL_LEGACY_DECODE)
-  std::vector<detail::ld::act_chunk> chunks;
+  std::vector<detail::ld::act_chunk<W>> chunks;
 #else
   const activation_of_t<W>* a = nullptr;
 #endif
@@ -110,24 +117,25 @@ struct decode_acts {
     nb = n_blocks;
 #if defined(KESTREL_LEGACY_DECODE)
     namespace ld = detail::ld;
+    constexpr std::size_t G = ld::unit_blocks<W>;
     const std::size_t nch = (nb + ld::chunk_blocks - 1) / ld::chunk_blocks;
     if (chunks.size() < nch) chunks.resize(nch);
     for (std::size_t c = 0; c < nch; ++c) {
-      ld::act_chunk& ch = chunks[c];
+      ld::act_chunk<W>& ch = chunks[c];
       std::memset(&ch, 0, sizeof ch);
       for (std::size_t k = 0; k < ld::chunk_blocks && c * ld::chunk_blocks + k < nb; ++k) {
         const auto& ab = act[c * ld::chunk_blocks + k];
-        ld::act_pair& p = ch.pairs[k / 2];
-        const std::size_t h = k % 2;
+        ld::act_unit<W>& u = ch.units[k / G];
+        const std::size_t h = k % G;
         if constexpr (ld::nibbles<W>) {
-          std::memcpy(p.q + 16 * h, ab.qs, 16);
-          std::memcpy(p.q + 32 + 16 * h, ab.qs + 16, 16);
+          std::memcpy(u.q[0] + 16 * h, ab.qs, 16);
+          std::memcpy(u.q[1] + 16 * h, ab.qs + 16, 16);
         } else {
-          std::memcpy(p.q + 32 * h, ab.qs, 32);
+          std::memcpy(u.q[0] + 32 * h, ab.qs, 32);
         }
         int sum = 0;
         for (std::int8_t v : ab.qs) sum += v;
-        p.init[h * ld::second_lane<W>] = -code_offset<W> * sum;
+        u.init[h * ld::block_lanes<W>] = -code_offset<W> * sum;
         ch.d[k] = to_f32(ab.d);
         if constexpr (has_offset_m<W>) ch.s[k] = to_f32(ab.s);
       }
@@ -141,50 +149,56 @@ struct decode_acts {
 #if defined(KESTREL_LEGACY_DECODE)
 namespace detail::ld {
 
-/// The codes of blocks b (at p) and b + 1 (at p + sizeof(W), if two) as
-/// unsigned bytes in the pair order; a missing second block reads as zeros.
+/// The codes of the n (1 <= n <= unit_blocks) blocks at p as unsigned bytes
+/// in the unit's order; missing blocks read as zeros.
 template <class W>
-inline __m512i pair_codes(const std::byte* p, bool two) noexcept {
+inline void unit_codes(const std::byte* p, std::size_t n, const std::uint64_t* fifth, __m512i* codes) noexcept {
   using L = lp::layout<W>;
   if constexpr (!nibbles<W>) {
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + L::qs));
-    const __m256i hi = two ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + sizeof(W) + L::qs))
-                           : _mm256_set1_epi8(char(0x80));
-    return _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8(char(0x80)));
+    const __m256i hi = n > 1 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + sizeof(W) + L::qs))
+                             : _mm256_set1_epi8(char(0x80));
+    codes[0] = _mm512_xor_si512(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), _mm512_set1_epi8(char(0x80)));
   } else {
-    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + L::qs));
-    const __m128i q1 = two ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + sizeof(W) + L::qs))
-                           : _mm_setzero_si128();
-    const __m256i y = _mm256_inserti128_si256(_mm256_castsi128_si256(q0), q1, 1);
-    __m512i z = _mm512_inserti64x4(_mm512_castsi256_si512(y), _mm256_srli_epi16(y, 4), 1);
-    z = _mm512_and_si512(z, _mm512_set1_epi8(0x0f));
+    auto ld = [&](std::size_t k) {
+      return k < n ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k * sizeof(W) + L::qs)) : _mm_setzero_si128();
+    };
+    __m512i z = _mm512_castsi128_si512(ld(0));
+    z = _mm512_inserti32x4(z, ld(1), 1);
+    z = _mm512_inserti32x4(z, ld(2), 2);
+    z = _mm512_inserti32x4(z, ld(3), 3);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    codes[0] = _mm512_and_si512(z, m4);
+    codes[1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
     if constexpr (L::qh >= 0) {
-      const std::uint64_t h0 = lp::load_u32(p + L::qh), h1 = two ? lp::load_u32(p + sizeof(W) + L::qh) : 0;
-      const std::uint64_t k = (h0 & 0xffff) | ((h1 & 0xffff) << 16) | ((h0 >> 16) << 32) | ((h1 >> 16) << 48);
-      z = _mm512_or_si512(z, _mm512_maskz_mov_epi8(k, _mm512_set1_epi8(0x10)));
+      // fifth[0], fifth[1]: the byte masks of the values whose fifth bit is
+      // set, for the low and the high nibbles (row_decode).
+      const __m512i b4 = _mm512_set1_epi8(0x10);
+      codes[0] = _mm512_mask_add_epi8(codes[0], _cvtu64_mask64(fifth[0]), codes[0], b4);
+      codes[1] = _mm512_mask_add_epi8(codes[1], _cvtu64_mask64(fifth[1]), codes[1], b4);
     }
-    return z;
   }
 }
 
-/// vpermps index giving pair j's lanes their block's scale out of 16.
+/// vpermps index giving unit j's lanes their block's scale out of 16.
 template <class W>
-inline __m512i pair_index(std::size_t j) noexcept {
+inline __m512i unit_index(std::size_t j) noexcept {
   alignas(64) std::int32_t idx[16];
-  for (int i = 0; i < 16; ++i) idx[i] = static_cast<std::int32_t>(2 * j) + (i % (2 * second_lane<W>) >= second_lane<W>);
+  for (std::size_t i = 0; i < 16; ++i) idx[i] = static_cast<std::int32_t>(unit_blocks<W> * j + i / block_lanes<W>);
   return _mm512_load_si512(idx);
 }
 
 /// out[t * out_stride] for one row against NT tokens.
 template <class W, std::size_t NT>
-inline void row_decode(const std::byte* row, std::size_t nb, const act_chunk* const* tok, float* out,
+inline void row_decode(const std::byte* row, std::size_t nb, const act_chunk<W>* const* tok, float* out,
                        std::size_t out_stride) noexcept {
   __m512 acc[NT][2], accm[NT];
   for (std::size_t t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = accm[t] = _mm512_setzero_ps();
   const __m512i boff = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                           _mm512_set1_epi32(static_cast<int>(sizeof(W))));
-  __m512i pidx[chunk_blocks / 2];
-  for (std::size_t j = 0; j < chunk_blocks / 2; ++j) pidx[j] = pair_index<W>(j);
+  constexpr std::size_t G = unit_blocks<W>, n_units = chunk_blocks / G;
+  __m512i pidx[n_units];
+  for (std::size_t j = 0; j < n_units; ++j) pidx[j] = unit_index<W>(j);
   for (std::size_t c = 0, b0 = 0; b0 < nb; ++c, b0 += chunk_blocks) {
     const std::size_t nbc = std::min(chunk_blocks, nb - b0);
     const __mmask16 valid = nbc == 16 ? __mmask16(0xffff) : __mmask16((1u << nbc) - 1);
@@ -198,19 +212,31 @@ inline void row_decode(const std::byte* row, std::size_t nb, const act_chunk* co
         accm[t] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))),
                                   _mm512_load_ps(tok[t][c].s), accm[t]);
     }
-    auto pair = [&](std::size_t j, bool two) {
-      const __m512i codes = pair_codes<W>(p + 2 * j * sizeof(W), two);
+    // q5: every block's qh by one gather; 32-bit lane b's low 16 bits are the
+    // fifth bits of its values 0..15, so the 16-bit narrowing of the lanes
+    // lays out, 64 bits per unit of 4 blocks, the byte masks of the low
+    // nibbles (and of the high ones from the high 16 bits).
+    alignas(64) std::uint64_t fifth[2][chunk_blocks / 4];
+    if constexpr (lp::layout<W>::qh >= 0) {
+      const __m512i qh = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, boff, p + lp::layout<W>::qh, 1);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(fifth[0]), _mm512_cvtepi32_epi16(qh));
+      _mm256_store_si256(reinterpret_cast<__m256i*>(fifth[1]), _mm512_cvtepi32_epi16(_mm512_srli_epi32(qh, 16)));
+    }
+    auto unit = [&](std::size_t j, std::size_t n) {
+      __m512i codes[unit_vecs<W>];
+      const std::uint64_t f[2] = {fifth[0][j % 4], fifth[1][j % 4]};
+      unit_codes<W>(p + G * j * sizeof(W), n, f, codes);
       for (std::size_t t = 0; t < NT; ++t) {
-        const act_pair& ap = tok[t][c].pairs[j];
-        const __m512i init = code_offset<W> ? _mm512_load_si512(ap.init) : _mm512_setzero_si512();
-        const __m512i s = _mm512_dpbusd_epi32(init, codes, _mm512_load_si512(ap.q));
+        const act_unit<W>& au = tok[t][c].units[j];
+        __m512i s = code_offset<W> ? _mm512_load_si512(au.init) : _mm512_setzero_si512();
+        for (std::size_t v = 0; v < unit_vecs<W>; ++v) s = _mm512_dpbusd_epi32(s, codes[v], _mm512_load_si512(au.q[v]));
         acc[t][j & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(pidx[j], sc[t]), acc[t][j & 1]);
       }
     };
     if (nbc == chunk_blocks) {
-      for (std::size_t j = 0; j < chunk_blocks / 2; ++j) pair(j, true);
+      for (std::size_t j = 0; j < n_units; ++j) unit(j, G);
     } else {
-      for (std::size_t j = 0; 2 * j < nbc; ++j) pair(j, 2 * j + 1 < nbc);
+      for (std::size_t j = 0; G * j < nbc; ++j) unit(j, std::min(G, nbc - G * j));
     }
   }
   for (std::size_t t = 0; t < NT; ++t) {
@@ -234,7 +260,7 @@ inline void dot_rows_decode(const std::byte* rows, std::size_t row_bytes, std::s
   if (n_tokens == 0 || n_rows == 0) return;
   const std::size_t nb = acts[0]->nb;
 #if defined(KESTREL_LEGACY_DECODE)
-  const detail::ld::act_chunk* tok[decode_kernel_tokens];
+  const detail::ld::act_chunk<W>* tok[decode_kernel_tokens];
   for (std::size_t t = 0; t < n_tokens; ++t) tok[t] = acts[t]->chunks.data();
   auto run = [&]<std::size_t NT>() {
     for (std::size_t r = 0; r < n_rows; ++r)
