@@ -171,13 +171,30 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
 #endif
             },
             [&] { kestrel::cpu::matmul(view, x.data(), nt, y.data(), pp); },
+            [&] {  // legacy types: the decode kernel on all nt tokens (quantized_linear takes it up to decode_max_tokens)
+#if defined(KESTREL_LEGACY_DECODE)
+              if constexpr (qk == 32) {
+                thread_local q::decode_acts<B> acts[q::decode_kernel_tokens];
+                const q::decode_acts<B>* ap[q::decode_kernel_tokens];
+                for (std::size_t t = 0; t < nt; ++t) {
+                  q::quantize_row(x.data() + t * C, act.data() + t * (C / qk), C);
+                  acts[t].prepare(act.data() + t * (C / qk), C / qk);
+                  ap[t] = &acts[t];
+                }
+                kestrel::cpu::parallel_for(pp, R, [&](std::size_t r0, std::size_t r1) {
+                  q::dot_rows_decode<B>(reinterpret_cast<const std::byte*>(w.data()) + r0 * (C / qk) * sizeof(B),
+                                        (C / qk) * sizeof(B), r1 - r0, ap, nt, y.data() + r0, R);
+                }, nt * R * C);
+              }
+#endif
+            },
         });
         const double b1 = bytes / 1e6;
         std::printf("{\"bench\":\"kquant_dot\",\"type\":\"%s\",\"test\":\"matvec\",\"rows\":%zu,\"cols\":%zu,"
                     "\"n_tokens\":%zu,\"threads\":%zu,\"weight_mb\":%.2f,\"gbps_ref\":%.2f,\"gbps_rowwise\":%.2f,"
-                    "\"gbps_tile\":%.2f,\"gbps_matvec\":%.2f,\"matvec_vs_rowwise\":%.2f,\"matvec_vs_tile\":%.2f,"
+                    "\"gbps_tile\":%.2f,\"gbps_decode_kernel\":%.2f,\"gbps_matvec\":%.2f,\"matvec_vs_rowwise\":%.2f,\"matvec_vs_tile\":%.2f,"
                     "\"repeats\":%d}\n",
-                    name, R, C, nt, n_threads, b1, with_ref ? b1 / m[0] : 0.0, b1 / m[1], qk == 32 ? b1 / m[2] : 0.0,
+                    name, R, C, nt, n_threads, b1, with_ref ? b1 / m[0] : 0.0, b1 / m[1], qk == 32 ? b1 / m[2] : 0.0, qk == 32 ? b1 / m[4] : 0.0,
                     b1 / m[3], m[1] / m[3], qk == 32 ? m[2] / m[3] : 0.0, repeats);
         std::fflush(stdout);
       }

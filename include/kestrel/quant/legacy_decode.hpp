@@ -66,11 +66,12 @@ namespace kestrel::quant {
 inline constexpr std::size_t decode_kernel_tokens = 4;
 /// Up to this many tokens cpu::quantized_linear takes the decode kernel; more
 /// go to the tile kernel (legacy_tokens.hpp). Measured (kestrel-bench-kquant,
-/// one thread, 2048 x 5632 and 5632 x 2048, GB/s of weights): at 1 token the
-/// decode kernel is 1.05-2.5x the tiles (q8_0 1.3-2.4x); at 2 tokens 0.6-1.5x
-/// (mixed, noisy), at 4 tokens 0.4-1.5x (the tiles' 8-token groups reuse each
-/// unpacked block; the decode kernel's per-token work is 6 ops per pair).
-inline constexpr std::size_t decode_max_tokens = 1;
+/// one thread, 2048 x 5632 and 5632 x 2048, GB/s of weights, a loaded
+/// machine): at 1 token the decode kernel is 1.2-2.7x the tiles (q8_0
+/// 1.2-2.1x); at 2 tokens it is faster in 8 of 10 (type, shape) pairs (0.8-2x);
+/// at 4 tokens mixed (0.2-2.3x: the tiles' token groups reuse each unpacked
+/// block, the decode kernel repeats per token 5 of its ops per unit).
+inline constexpr std::size_t decode_max_tokens = 2;
 
 #if defined(KESTREL_LEGACY_DECODE)
 namespace detail::ld {
