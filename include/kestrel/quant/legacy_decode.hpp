@@ -14,8 +14,8 @@
 // q + 128). The nibble types: four blocks per unit of two zmm, the low
 // nibbles (values 0..15) of blocks b .. b+3 in the 4 128-bit lanes of one,
 // the high nibbles (16..31) in the other; for q5 the fifth bits are added as
-// 16 under byte masks made from one gather of the 16 blocks' qh (the 16-bit
-// halves of qh are exactly those masks, 64 bits per unit). The token's bytes
+// 16 under byte masks (block k's qh broadcast to 128-bit lane k, each byte
+// picking its bit by vpshufb + vptestmb). The token's bytes
 // are laid out once per call in the same order (decode_acts), so one
 // vpdpbusd per zmm leaves each block's sum over 8 (q8_0) or 4 int32 lanes;
 // the accumulator starts at -o sum(q_a) in one lane per block, which removes
@@ -153,7 +153,7 @@ namespace detail::ld {
 /// The codes of the n (1 <= n <= unit_blocks) blocks at p as unsigned bytes
 /// in the unit's order; missing blocks read as zeros.
 template <class W>
-inline void unit_codes(const std::byte* p, std::size_t n, const std::uint64_t* fifth, __m512i* codes) noexcept {
+inline void unit_codes(const std::byte* p, std::size_t n, const __m512i* fifth, __m512i* codes) noexcept {
   using L = lp::layout<W>;
   if constexpr (!nibbles<W>) {
     const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + L::qs));
@@ -172,11 +172,16 @@ inline void unit_codes(const std::byte* p, std::size_t n, const std::uint64_t* f
     codes[0] = _mm512_and_si512(z, m4);
     codes[1] = _mm512_and_si512(_mm512_srli_epi16(z, 4), m4);
     if constexpr (L::qh >= 0) {
-      // fifth[0], fifth[1]: the byte masks of the values whose fifth bit is
-      // set, for the low and the high nibbles (row_decode).
+      // qhv: 128-bit lane k holds block k's qh in every dword. Byte j of the
+      // lane (value j, low nibbles; value 16 + j, high) takes byte j / 8 (2 +
+      // j / 8) of it and tests bit j % 8: a byte mask, where 16 is added.
+      const __m512i lo_sel = _mm512_set4_epi32(0x01010101, 0x01010101, 0, 0);
+      const __m512i hi_sel = _mm512_set4_epi32(0x03030303, 0x03030303, 0x02020202, 0x02020202);
+      const __m512i bit = _mm512_set1_epi64(static_cast<long long>(0x8040201008040201ull));
       const __m512i b4 = _mm512_set1_epi8(0x10);
-      codes[0] = _mm512_mask_add_epi8(codes[0], _cvtu64_mask64(fifth[0]), codes[0], b4);
-      codes[1] = _mm512_mask_add_epi8(codes[1], _cvtu64_mask64(fifth[1]), codes[1], b4);
+      const __m512i qhv = *fifth;
+      codes[0] = _mm512_mask_add_epi8(codes[0], _mm512_test_epi8_mask(_mm512_shuffle_epi8(qhv, lo_sel), bit), codes[0], b4);
+      codes[1] = _mm512_mask_add_epi8(codes[1], _mm512_test_epi8_mask(_mm512_shuffle_epi8(qhv, hi_sel), bit), codes[1], b4);
     }
   }
 }
@@ -213,20 +218,14 @@ inline void row_decode(const std::byte* row, std::size_t nb, const act_chunk<W>*
         accm[t] = _mm512_fmadd_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16))),
                                   _mm512_load_ps(tok[t][c].s), accm[t]);
     }
-    // q5: every block's qh by one gather; 32-bit lane b's low 16 bits are the
-    // fifth bits of its values 0..15, so the 16-bit narrowing of the lanes
-    // lays out, 64 bits per unit of 4 blocks, the byte masks of the low
-    // nibbles (and of the high ones from the high 16 bits).
-    alignas(64) std::uint64_t fifth[2][chunk_blocks / 4];
-    if constexpr (lp::layout<W>::qh >= 0) {
-      const __m512i qh = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), valid, boff, p + lp::layout<W>::qh, 1);
-      _mm256_store_si256(reinterpret_cast<__m256i*>(fifth[0]), _mm512_cvtepi32_epi16(qh));
-      _mm256_store_si256(reinterpret_cast<__m256i*>(fifth[1]), _mm512_cvtepi32_epi16(_mm512_srli_epi32(qh, 16)));
-    }
     auto unit = [&](std::size_t j, std::size_t n) {
       __m512i codes[unit_vecs<W>];
-      const std::uint64_t f[2] = {fifth[0][j % 4], fifth[1][j % 4]};
-      unit_codes<W>(p + G * j * sizeof(W), n, f, codes);
+      __m512i f = _mm512_setzero_si512();  // q5: 128-bit lane k: block 4j + k's qh in every dword
+      if constexpr (lp::layout<W>::qh >= 0)
+        for (std::size_t k = 0; k < n; ++k)
+          f = _mm512_mask_set1_epi32(f, __mmask16(0xf << (4 * k)),
+                                     static_cast<int>(lp::load_u32(p + (G * j + k) * sizeof(W) + lp::layout<W>::qh)));
+      unit_codes<W>(p + G * j * sizeof(W), n, &f, codes);
       for (std::size_t t = 0; t < NT; ++t) {
         const act_unit<W>& au = tok[t][c].units[j];
         __m512i s = code_offset<W> ? _mm512_load_si512(au.init) : _mm512_setzero_si512();
