@@ -87,12 +87,16 @@ template <class W> inline constexpr std::size_t unit_vecs = nibbles<W> ? 2 : 1;
 template <class W> inline constexpr std::size_t block_lanes = 16 / unit_blocks<W>;
 
 /// A unit's activation bytes in the weights' byte order, and the integer
-/// accumulator's start (-o sum q_a at the first lane of each block).
+/// accumulator's start (-o sum q_a of each block, placed in one of its lanes).
 template <class W>
 struct alignas(64) act_unit {
   std::int8_t q[unit_vecs<W>][64];
-  std::int32_t init[16];
+  std::int32_t init[unit_blocks<W>];  // -o sum q_a of each block, broadcast to its first lane by init_lanes
 };
+/// vpbroadcasti32x{2,4} of init[] repeats it over the lanes; this mask keeps
+/// lane k * block_lanes + k, which holds init[k] and lies in block k's lanes.
+template <class W>
+inline constexpr __mmask16 init_lanes = nibbles<W> ? __mmask16(0x8421) : __mmask16(0x0201);
 /// 16 blocks of one token: its units, d_a and s_a per block (0 past the row).
 template <class W>
 struct alignas(64) act_chunk {
@@ -136,7 +140,7 @@ struct decode_acts {
         }
         int sum = 0;
         for (std::int8_t v : ab.qs) sum += v;
-        u.init[h * ld::block_lanes<W>] = -code_offset<W> * sum;
+        u.init[h] = -code_offset<W> * sum;
         ch.d[k] = to_f32(ab.d);
         if constexpr (has_offset_m<W>) ch.s[k] = to_f32(ab.s);
       }
@@ -228,7 +232,13 @@ inline void row_decode(const std::byte* row, std::size_t nb, const act_chunk<W>*
       unit_codes<W>(p + G * j * sizeof(W), n, &f, codes);
       for (std::size_t t = 0; t < NT; ++t) {
         const act_unit<W>& au = tok[t][c].units[j];
-        __m512i s = code_offset<W> ? _mm512_load_si512(au.init) : _mm512_setzero_si512();
+        __m512i s = _mm512_setzero_si512();
+        if constexpr (code_offset<W> != 0) {
+          if constexpr (nibbles<W>)
+            s = _mm512_maskz_broadcast_i32x4(init_lanes<W>, _mm_load_si128(reinterpret_cast<const __m128i*>(au.init)));
+          else
+            s = _mm512_maskz_broadcast_i32x2(init_lanes<W>, _mm_loadl_epi64(reinterpret_cast<const __m128i*>(au.init)));
+        }
         for (std::size_t v = 0; v < unit_vecs<W>; ++v) s = _mm512_dpbusd_epi32(s, codes[v], _mm512_load_si512(au.q[v]));
         acc[t][j & 1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(pidx[j], sc[t]), acc[t][j & 1]);
       }
