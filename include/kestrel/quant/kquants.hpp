@@ -62,6 +62,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kestrel/quant/simd.hpp"
 #include "kestrel/quant/kquants_format.hpp"
 #include "kestrel/quant/ref/kquants.hpp"
 
@@ -121,29 +122,9 @@ inline __m256i group_scale(__m256i s8, int g) noexcept {
   return _mm256_shuffle_epi8(s8, _mm256_add_epi8(ctrl, bytes(2 * g)));
 }
 
-/// f16 to float: F16C's vcvtph2ps where available (exact, as to_f32 is).
-inline float h2f(f16 h) noexcept {
-#if defined(__F16C__)
-  return _cvtsh_ss(h.bits);
-#else
-  return to_f32(h);
-#endif
-}
-
-inline __m256 fmadd(__m256 a, __m256 b, __m256 c) noexcept {
-#if defined(__FMA__)
-  return _mm256_fmadd_ps(a, b, c);
-#else
-  return _mm256_add_ps(_mm256_mul_ps(a, b), c);
-#endif
-}
-
-inline float hsum(__m256 v) noexcept {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using simd256::fmadd;
+using simd256::h2f;
+using simd256::hsum;
 
 inline std::uint32_t load_u32(const std::uint8_t* p) noexcept {
   std::uint32_t v;

@@ -24,6 +24,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kestrel/quant/simd.hpp"
 #include "kestrel/quant/legacy_format.hpp"
 #include "kestrel/quant/ref/legacy.hpp"
 
@@ -69,30 +70,9 @@ inline __m256i dot_s8s8(__m256i w, __m256i a) noexcept {
   return dot_u8s8(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
 }
 
-inline __m256 madd(__m256 a, __m256 b, __m256 c) noexcept {
-#if defined(__FMA__)
-  return _mm256_fmadd_ps(a, b, c);
-#else
-  return _mm256_add_ps(_mm256_mul_ps(a, b), c);
-#endif
-}
-
-// f16 scale to float: F16C's vcvtph2ps where available (exact, as to_f32 is;
-// the portable to_f32 costs more than a block's integer dot).
-inline float h2f(f16 h) noexcept {
-#if defined(__F16C__)
-  return _cvtsh_ss(h.bits);
-#else
-  return to_f32(h);
-#endif
-}
-
-inline float hsum(__m256 v) noexcept {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using simd256::h2f;
+using simd256::hsum;
+using simd256::fmadd;
 
 // The weight block's values as signed bytes (q - offset) for the _0 types,
 // as unsigned quants for the _1 types.
@@ -110,7 +90,7 @@ inline float dot_q8_0(const W* w, const block_q8_0* a, std::size_t nb) noexcept 
   for (std::size_t i = 0; i < nb; ++i) {
     const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
     const __m256i isum = dot_s8s8(weights(w[i]), qa);
-    acc = madd(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(isum), acc);
+    acc = fmadd(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(isum), acc);
   }
   return hsum(acc);
 }
@@ -122,7 +102,7 @@ inline float dot_q8_1(const W* w, const block_q8_1* a, std::size_t nb) noexcept 
   for (std::size_t i = 0; i < nb; ++i) {
     const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(a[i].qs));
     const __m256i isum = dot_u8s8(weights(w[i]), qa);
-    acc = madd(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(isum), acc);
+    acc = fmadd(_mm256_set1_ps(h2f(w[i].d) * h2f(a[i].d)), _mm256_cvtepi32_ps(isum), acc);
     offsets += h2f(w[i].m) * h2f(a[i].s);
   }
   return hsum(acc) + offsets;
