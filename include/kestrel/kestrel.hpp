@@ -27,6 +27,7 @@
 #include "kestrel/kv/contiguous.hpp"
 #include "kestrel/model/backend.hpp"
 #include "kestrel/model/config.hpp"
+#include "kestrel/model/gguf_types.hpp"
 #include "kestrel/model/hf.hpp"
 #include "kestrel/model/llama.hpp"
 #include "kestrel/model/load.hpp"

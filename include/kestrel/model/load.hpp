@@ -2,8 +2,9 @@
 // Hugging Face directory into llama_weights and a vocabulary.
 //
 // This is where a file's run-time facts (its format, its tensors' element
-// types) meet the compiled code: one table maps each GGML tensor type to a
-// dtype the kernels know, and everything else is a clear error.
+// types) meet the compiled code: one table (model/gguf_types.hpp) maps each
+// GGML tensor type to a dtype the kernels know, and everything else is a
+// clear error.
 #pragma once
 
 #include <cstring>
@@ -17,6 +18,7 @@
 #include "kestrel/io/gguf.hpp"
 #include "kestrel/io/llama2c.hpp"
 #include "kestrel/model/config.hpp"
+#include "kestrel/model/gguf_types.hpp"
 #include "kestrel/model/hf.hpp"
 #include "kestrel/model/weights.hpp"
 #include "kestrel/tokenizer/any.hpp"
@@ -40,27 +42,13 @@ inline model_format detect_format(const std::filesystem::path& path) {
 
 namespace detail {
 
-/// The one table from a file's tensor type to a kernel's weight type.
+/// A file's tensor type as a kernel's weight type (model/gguf_types.hpp's
+/// table); anything else is an error naming the tensor and its type.
 inline dtype weight_dtype(const io::gguf_tensor_info& t, const std::string& path) {
-  switch (t.type) {
-    case io::ggml_type::f32: return dtype::f32;
-    case io::ggml_type::f16: return dtype::f16;
-    case io::ggml_type::bf16: return dtype::bf16;
-    case io::ggml_type::q4_0: return dtype::q4_0;
-    case io::ggml_type::q4_1: return dtype::q4_1;
-    case io::ggml_type::q5_0: return dtype::q5_0;
-    case io::ggml_type::q5_1: return dtype::q5_1;
-    case io::ggml_type::q8_0: return dtype::q8_0;
-    case io::ggml_type::q2_k: return dtype::q2_k;
-    case io::ggml_type::q3_k: return dtype::q3_k;
-    case io::ggml_type::q4_k: return dtype::q4_k;
-    case io::ggml_type::q5_k: return dtype::q5_k;
-    case io::ggml_type::q6_k: return dtype::q6_k;
-    default:
-      throw file_error(path, t.offset,
-                       "tensor " + t.name + " has type " + std::string(io::name_of(t.type)) +
-                           ", which this build does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K)");
-  }
+  if (const auto d = weight_dtype_of(t.type)) return *d;
+  throw file_error(path, t.offset,
+                   "tensor " + t.name + " has type " + std::string(io::name_of(t.type)) +
+                       ", which this build does not support (supported: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K..Q6_K)");
 }
 
 inline weight_view gguf_matrix(const io::gguf_file& f, const std::string& name) {

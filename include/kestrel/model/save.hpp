@@ -28,30 +28,12 @@
 
 #include "kestrel/core/error.hpp"
 #include "kestrel/io/gguf_write.hpp"
+#include "kestrel/model/gguf_types.hpp"
 #include "kestrel/model/weights.hpp"
 
 namespace kestrel {
 
 namespace detail {
-
-inline io::ggml_type ggml_type_of(dtype t) {
-  switch (t) {
-    case dtype::f32: return io::ggml_type::f32;
-    case dtype::f16: return io::ggml_type::f16;
-    case dtype::bf16: return io::ggml_type::bf16;
-    case dtype::q4_0: return io::ggml_type::q4_0;
-    case dtype::q4_1: return io::ggml_type::q4_1;
-    case dtype::q5_0: return io::ggml_type::q5_0;
-    case dtype::q5_1: return io::ggml_type::q5_1;
-    case dtype::q8_0: return io::ggml_type::q8_0;
-    case dtype::q2_k: return io::ggml_type::q2_k;
-    case dtype::q3_k: return io::ggml_type::q3_k;
-    case dtype::q4_k: return io::ggml_type::q4_k;
-    case dtype::q5_k: return io::ggml_type::q5_k;
-    case dtype::q6_k: return io::ggml_type::q6_k;
-  }
-  throw invalid_argument("no GGUF type for dtype " + std::string(name_of(t)));
-}
 
 class gguf_saver {
  public:
