@@ -403,8 +403,8 @@ kestrel::weight_view quantized_weight(std::vector<B>& blocks, kestrel::dtype t, 
 
 TEST_CASE("cpu: matvec_fused and matvec_swiglu == matvec per matrix (exact), every pool size") {
   // Fusing only changes which thread computes a row, never a row's sum:
-  // rows keep their 4-row groups, so the results must equal matvec's bit for
-  // bit (and matvec is checked against ref::matvec in test_linear.cpp).
+  // a row's operations do not depend on the rows read beside it, so the
+  // results must equal matvec's bit for bit (and matvec is checked against ref::matvec in test_linear.cpp).
   // Weight sizes: multiples of 4, ragged, and a GQA-like small k / v.
   cpu::thread_pool pool2(2), pool3(3);
   for (kestrel::dtype t : {kestrel::dtype::f32, kestrel::dtype::f16, kestrel::dtype::bf16, kestrel::dtype::q8_0,

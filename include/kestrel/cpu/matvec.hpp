@@ -3,8 +3,8 @@
 //
 // Decode is bound by memory bandwidth (every weight is read once per token),
 // so the kernel streams each weight row exactly once, converts f16 / bf16 to
-// f32 in registers (no temporary row), and processes four rows per pass so
-// each load of x serves four rows. Rows are split across the thread pool.
+// f32 in registers (no temporary row), and reads each thread's rows as two
+// long sequential streams. Rows are split across the thread pool.
 #pragma once
 
 #include <algorithm>
@@ -24,52 +24,73 @@ namespace kestrel::cpu {
 
 namespace detail {
 
+/// Streams of consecutive rows that matvec_rows reads side by side.
+///
+/// Consecutive rows are adjacent in memory, so reading a range row after row
+/// is one sequential stream however short the rows are; the hardware
+/// prefetcher follows it across row boundaries. Reading 4 adjacent rows
+/// together (the earlier kernel, sharing each load of x) instead made 4
+/// streams that each end after one row: 1.5 KB at n_embd 768 in f16, too
+/// short for the prefetcher to ramp up. Two long streams (the two halves of
+/// the range) keep two prefetchers busy. Measured on Zen 4, 2 threads,
+/// 400 MB of 2048-row f16 matrices (/tmp-style harness, medians of 7):
+/// cols 768: 15 -> 29 GB/s, cols 2048: 15 -> 27, cols 5632: 25 -> 26.
+/// x stays in L1, so reloading it for each row costs nothing measurable.
+inline constexpr std::size_t matvec_streams = 2;
+
+/// One row's dot product as matvec_rows computes it: two accumulators over
+/// 2W-element steps, then one masked step for the tail. Every row goes
+/// through exactly this sequence of operations, whichever rows it is paired
+/// with, so a row's result never depends on how the rows were split.
+template <class T>
+struct row_acc {
+  simd::fbatch a0 = simd::fbatch(0.0f), a1 = simd::fbatch(0.0f);
+  void step(const T* w, const float* x) noexcept {
+    constexpr std::size_t W = simd::width;
+    a0 = xsimd::fma(load_f32(w), simd::fbatch::load_unaligned(x), a0);
+    a1 = xsimd::fma(load_f32(w + W), simd::fbatch::load_unaligned(x + W), a1);
+  }
+  float finish(const T* w, const float* x, std::size_t i, std::size_t cols) noexcept {
+    constexpr std::size_t W = simd::width;
+    if (i + W <= cols) {
+      a0 = xsimd::fma(load_f32(w + i), simd::fbatch::load_unaligned(x + i), a0);
+      i += W;
+    }
+    if (i < cols) a1 = xsimd::fma(load_f32_partial(w + i, cols - i), load_f32_partial(x + i, cols - i), a1);
+    return simd::reduce_add(a0 + a1);
+  }
+};
+
 /// y[r] = dot(w row r, x) for r in [r0, r1). w: (rows, cols), x: (cols), y: (rows)
 template <class T>
 inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0, std::size_t r1) noexcept {
   constexpr std::size_t W = simd::width;
-  std::size_t r = r0;
-  for (; r + 4 <= r1; r += 4) {
-    const T* w0 = w + r * cols;
-    const T* w1 = w0 + cols;
-    const T* w2 = w1 + cols;
-    const T* w3 = w2 + cols;
-    simd::fbatch a0(0.0f), a1(0.0f), a2(0.0f), a3(0.0f);
-    std::size_t i = 0;
-    for (; i + W <= cols; i += W) {
-      if constexpr (sizeof(T) == 2) {
-        // Prefetch the next 4-row block (every other line; the adjacent-line
-        // prefetcher takes the pair) as this one streams: 2-byte rows are
-        // short streams (1.5 KB at n_embd 768) that the hardware prefetcher
-        // barely ramps up on. Measured single-thread on Zen 4 (thread CPU
-        // time, 2048 x 768 f16, 300 MB of matrices): 7.5 -> 8.3 GB/s median;
-        // for f32 it cost 3-5%, so only 2-byte types do it.
-        __builtin_prefetch(reinterpret_cast<const char*>(w3 + cols) + 4 * i * sizeof(T), 0, 3);  // never faults
-      }
-      const simd::fbatch xb = simd::fbatch::load_unaligned(x + i);
-      a0 = xsimd::fma(load_f32(w0 + i), xb, a0);
-      a1 = xsimd::fma(load_f32(w1 + i), xb, a1);
-      a2 = xsimd::fma(load_f32(w2 + i), xb, a2);
-      a3 = xsimd::fma(load_f32(w3 + i), xb, a3);
+  const std::size_t main = cols - cols % (2 * W);
+  const std::size_t half = (r1 - r0) / matvec_streams;
+  // Rows r0 + j and r0 + half + j side by side; an odd last row alone.
+  for (std::size_t j = 0; j < half; ++j) {
+    const std::size_t ra = r0 + j, rb = r0 + half + j;
+    const T* wa = w + ra * cols;
+    const T* wb = w + rb * cols;
+    row_acc<T> a, b;
+    for (std::size_t i = 0; i < main; i += 2 * W) {
+      a.step(wa + i, x + i);
+      b.step(wb + i, x + i);
     }
-    if (i < cols) {
-      const std::size_t m = cols - i;
-      const simd::fbatch xb = load_f32_partial(x + i, m);
-      a0 = xsimd::fma(load_f32_partial(w0 + i, m), xb, a0);
-      a1 = xsimd::fma(load_f32_partial(w1 + i, m), xb, a1);
-      a2 = xsimd::fma(load_f32_partial(w2 + i, m), xb, a2);
-      a3 = xsimd::fma(load_f32_partial(w3 + i, m), xb, a3);
-    }
-    y[r + 0] = simd::reduce_add(a0);
-    y[r + 1] = simd::reduce_add(a1);
-    y[r + 2] = simd::reduce_add(a2);
-    y[r + 3] = simd::reduce_add(a3);
+    y[ra] = a.finish(wa, x, main, cols);
+    y[rb] = b.finish(wb, x, main, cols);
   }
-  for (; r < r1; ++r) y[r] = dot_any(w + r * cols, x, cols);
+  for (std::size_t r = r0 + 2 * half; r < r1; ++r) {
+    const T* wr = w + r * cols;
+    row_acc<T> a;
+    for (std::size_t i = 0; i < main; i += 2 * W) a.step(wr + i, x + i);
+    y[r] = a.finish(wr, x, main, cols);
+  }
 }
 
-/// Rows per parallel task: a multiple of 4 (the kernel's row block) so that
-/// no thread ends with a ragged block except the last.
+/// The granularity of the row split: parallel tasks hand out whole blocks of
+/// 4 rows (the quantized kernels' row group), so no thread but the last gets
+/// a ragged block.
 inline constexpr std::size_t matvec_row_block = 4;
 
 }  // namespace detail
