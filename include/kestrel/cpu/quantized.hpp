@@ -33,6 +33,7 @@
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_decode.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
+#include "kestrel/quant/quantize_acts.hpp"
 #include "kestrel/quant/ref/kquants.hpp"
 #include "kestrel/quant/ref/legacy.hpp"
 
@@ -141,8 +142,18 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
     // reuses the same buffer every step).
     thread_local std::vector<A> act;
     if (act.size() < n_tokens * nb) act.resize(n_tokens * nb);
-    for (std::size_t t = 0; t < n_tokens; ++t) quant::quantize_row(x + t * cols, act.data() + t * nb, cols);
-    const A* a = act.data();
+    A* const acts = act.data();
+    if (reference) {
+      for (std::size_t t = 0; t < n_tokens; ++t) quant::quantize_row(x + t * cols, acts + t * nb, cols);
+    } else {
+      // Bit-identical to quantize_row (quant/quantize_acts.hpp); prefill's
+      // tokens are split across threads (the work hint: ~4 operations per
+      // value).
+      parallel_for(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
+        for (std::size_t t = t0; t < t1; ++t) quant::quantize_acts(x + t * cols, acts + t * nb, cols);
+      }, 4 * n_tokens * cols);
+    }
+    const A* a = acts;
     const auto* base = static_cast<const std::byte*>(w.data);
     if constexpr (std::is_same_v<A, quant::block_q8_K>) {
       if (!reference) {
