@@ -88,8 +88,10 @@ TEST_CASE("cpu: matmul == ref::matmul") {
   struct shape { std::size_t rows, cols; };
   // (50, 4096): f16/bf16 weights take several converted tiles of 16 rows.
   const shape shapes[] = {{1, 1}, {3, 5}, {16, 16}, {17, 33}, {64, 67}, {100, 129}, {129, 1000}, {50, 4096}};
-  // 1..3: matvec and skinny tails; 7, 16, 17, 24, 25: both sides of the skinny / Eigen
-  // thresholds (16 for f32, 24 for f16/bf16); 64: Eigen.
+  // 1..3: matvec and skinny tails; 7, 16, 17, 24, 25: both sides of the skinny / GEMM
+  // thresholds (16 for f32, 24 for f16/bf16); 25 and 64: the GEMM's full
+  // 12-token tiles and its 1- and 4-token tails; cols 1000 and 4096 span
+  // several of its 128-column passes.
   for (dtype t : all_types)
     for (auto [rows, cols] : shapes)
       for (std::size_t n_tokens : {0, 1, 2, 3, 7, 16, 17, 24, 25, 64}) {
@@ -109,6 +111,22 @@ TEST_CASE("cpu: matmul == ref::matmul") {
         kestrel::test::check_within(got2.data(), want.data(), tol, n);
         kestrel::test::check_within(got4.data(), want.data(), tol, n);
       }
+}
+
+TEST_CASE("cpu: the GEMM gives a token the same row whatever tokens share its call") {
+  // Each output is one fma chain over the columns in order (cpu/gemm.hpp),
+  // so the first 25 tokens of a 64-token product equal a 25-token product
+  // bit for bit, on any pool: tiles, tails and threads only move work.
+  cpu::thread_pool pool2(2);
+  for (dtype t : all_types) {
+    random_weight w(t, 70, 300, 5);
+    const auto x = random_floats(64 * 300, 6);
+    std::vector<float> all(64 * 70), part(25 * 70);
+    cpu::matmul(w.view, x.data(), 64, all.data(), &pool2);
+    cpu::matmul(w.view, x.data(), 25, part.data(), nullptr);
+    INFO(kestrel::name_of(t));
+    CHECK(std::equal(part.begin(), part.end(), all.begin()));
+  }
 }
 
 TEST_CASE("cpu: matmul with zero columns gives zeros") {

@@ -4,19 +4,19 @@
 // Prefill is compute-bound, so this is a real GEMM. Thin products (a few
 // tokens: short prompts, speculative verification) use our own register-tiled
 // "skinny" kernel, 4 tokens x 4 weight rows per tile, f16/bf16 converted in
-// registers, each weight block read from memory once. Larger ones use
-// Eigen's blocked kernel, which packs W into cache-sized panels and reuses
-// each panel for every token (about 68% of this machine's FMA peak in f32,
-// TOOLCHAIN.md). Threads come
-// from our pool, not OpenMP: the output features (rows of W) are split into
-// contiguous column blocks of Y and each thread runs single-threaded Eigen on
-// its block. (If the includer compiles with -fopenmp, define
-// EIGEN_DONT_PARALLELIZE before including kestrel, or Eigen will start its
-// own threads inside ours.)
+// registers, each weight block read from memory once. Larger ones use the
+// packed-panel GEMM of cpu/gemm.hpp (12 tokens x 32 rows per register tile,
+// W packed and converted to f32 a panel at a time per thread), which
+// measured 1.1-2x Eigen's blocked kernel on this machine (one thread, 110M
+// and TinyLlama shapes, 128-512 tokens). Threads come from our pool, not
+// OpenMP: they split the output features (rows of W) in panels.
 //
-// Eigen's f16/bf16 GEMM is slow, so f16/bf16 weights are converted to f32 a
-// tile of rows at a time (a tile is ~256 KiB, so it stays in L2 while Eigen
-// packs it) into a per-thread scratch buffer that only ever grows.
+// Eigen's kernel stays available at run time (KESTREL_EIGEN_GEMM=1) so one
+// binary can compare the two; there each thread runs single-threaded Eigen
+// on its block of Y (if the includer compiles with -fopenmp, define
+// EIGEN_DONT_PARALLELIZE before including kestrel, or Eigen will start its
+// own threads inside ours), and f16/bf16 weights are converted to f32 a
+// tile of rows at a time (~256 KiB, in L2) into a grow-only scratch buffer.
 //
 // A single token is a matrix-vector product, bound by bandwidth rather than
 // compute; matmul hands it to matvec.
@@ -24,6 +24,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdlib>
 #include <type_traits>
 #include <vector>
 
@@ -31,6 +32,7 @@
 
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/convert.hpp"
+#include "kestrel/cpu/gemm.hpp"
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 
@@ -148,6 +150,17 @@ inline constexpr std::size_t skinny_max_tokens = std::is_same_v<Wt, float> ? 16 
 
 }  // namespace detail
 
+/// Whether matmul's large products go to Eigen rather than cpu/gemm.hpp
+/// (KESTREL_EIGEN_GEMM=1 in the environment; for comparing the two in one
+/// binary, e.g. kestrel-bench).
+inline bool eigen_gemm() {
+  static const bool on = [] {
+    const char* v = std::getenv("KESTREL_EIGEN_GEMM");
+    return v && v[0] == '1';
+  }();
+  return on;
+}
+
 /// Y = X W^T. w: (rows, cols) of f32, f16 or bf16; x: (n_tokens, cols);
 /// y: (n_tokens, rows); all row-major. pool may be null. y must not alias x.
 inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool) {
@@ -169,7 +182,18 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
     // part per thread (the pool's dynamic chunks would cut it into 4 per
     // thread and pack X 4 times as often); the skinny path packs nothing
     // and takes the pool's finer chunks.
-    const bool eigen = n_tokens > detail::skinny_max_tokens<T>;
+    const bool skinny = n_tokens <= detail::skinny_max_tokens<T>;
+    if (!skinny && !eigen_gemm()) {
+      // Our packed-panel GEMM (cpu/gemm.hpp): threads take panels of
+      // gemm_nr rows in the pool's dynamic chunks (nothing of X is packed,
+      // so finer chunks cost nothing).
+      const std::size_t panels = (rows + detail::gemm_nr - 1) / detail::gemm_nr;
+      parallel_for(pool, panels, [&](std::size_t p0, std::size_t p1) {
+        detail::gemm_rows(data, rows, cols, x, n_tokens, y, p0 * detail::gemm_nr, std::min(rows, p1 * detail::gemm_nr));
+      }, n_tokens * rows * cols);
+      return;
+    }
+    const bool eigen = !skinny;
     const std::size_t parts = eigen && pool ? std::min(blocks, pool->size()) : blocks;
     parallel_for(pool, parts, [&](std::size_t p0, std::size_t p1) {
       const std::size_t b0 = p0 * blocks / parts, b1 = p1 * blocks / parts;

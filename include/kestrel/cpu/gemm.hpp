@@ -1,0 +1,151 @@
+// kestrel/cpu/gemm.hpp: the float prefill GEMM, Y = X W^T with W of f32,
+// f16 or bf16, for more tokens than the skinny kernel takes.
+//
+// W is packed, per thread, a panel of 2 SIMD widths of rows at a time (32
+// rows on AVX-512) into k-major order, converted to f32: panel[k][j] =
+// W[r + j][k]. The micro-kernel then holds a tile of MR tokens x 32 rows of
+// Y in registers (MR = 12 on AVX-512: 24 accumulators + 2 weight vectors of
+// the 32 registers) and, per k, loads two weight vectors and broadcasts MR
+// values of X, so each loaded weight serves MR tokens and each X value 32
+// rows: 24 FMAs per 14 loads, most of them embedded broadcasts. The panel
+// (32 x cols floats: 96 KiB at cols 768, 704 KiB at 5632) stays in L2 while
+// every token tile passes over it; X is read in place (row-major), MR rows
+// at a time.
+//
+// Why not Eigen (the path before this one): its f32 kernel is a 48 x 4
+// tile that keeps 12 accumulators, re-packs X in every call, and reached
+// about 68% of the FMA peak here (TOOLCHAIN.md); this kernel's numbers are
+// in the commit that introduced it (bench: kestrel-bench pp512 on f32 / f16
+// files).
+//
+// Rounding: each output is ONE fma chain over k in order (y = fma(x_k, w_k,
+// y) from 0), the same for every tile, thread count and token count, so a
+// token's row of Y does not depend on the tokens computed beside it; against
+// the exact sum the error is within gamma_cols * sum |x_k w_k|, the bound the
+// tests hold matmul to.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "kestrel/cpu/convert.hpp"
+#include "kestrel/cpu/xsimd_compat.hpp"
+
+namespace kestrel::cpu::detail {
+
+inline constexpr std::size_t gemm_nr = 2 * simd::width;               // rows of W per panel
+inline constexpr std::size_t gemm_mr = simd::width >= 16 ? 12 : 6;   // tokens per register tile
+
+/// Packs rows [r, r + n) (n <= gemm_nr) of w (rows of `cols`) into
+/// panel[k * gemm_nr + j], converted to f32; rows past n are zeros.
+template <class T>
+inline void gemm_pack_panel(const T* w, std::size_t cols, std::size_t r, std::size_t n, float* panel) noexcept {
+  constexpr std::size_t W = simd::width;
+  if (n < gemm_nr) std::fill(panel, panel + cols * gemm_nr, 0.0f);
+  // Transpose in W x W blocks through registers' worth of scratch: convert
+  // W values of each row, then scatter them down the panel's columns.
+  alignas(64) float tmp[W];
+  for (std::size_t j = 0; j < n; ++j) {
+    const T* row = w + (r + j) * cols;
+    std::size_t k = 0;
+    for (; k + W <= cols; k += W) {
+      load_f32(row + k).store_aligned(tmp);
+      for (std::size_t i = 0; i < W; ++i) panel[(k + i) * gemm_nr + j] = tmp[i];
+    }
+    for (; k < cols; ++k) panel[k * gemm_nr + j] = to_float(row[k]);
+  }
+}
+
+/// y[t * ldy + j] (t < MR, j < n_rows <= gemm_nr) = sum_k x[t * ldx + k] *
+/// panel[k][j]: the register tile. The token loop is unrolled by a pack
+/// expansion, not left to the optimizer: GCC at -O2 kept the 2 MR
+/// accumulators of a plain loop in memory (half Eigen's speed).
+/// Columns [k0, k1) of the sum; for k0 > 0 the tile continues the partial
+/// sums already in y (the same fma chain, so blocking k changes nothing).
+template <std::size_t MR>
+inline void gemm_tile(const float* panel, std::size_t k0, std::size_t k1, const float* x, std::size_t ldx, float* y,
+                      std::size_t ldy, std::size_t n_rows) noexcept {
+  constexpr std::size_t W = simd::width;
+  [&]<std::size_t... T>(std::index_sequence<T...>) {
+    simd::fbatch a0[MR], a1[MR];
+    if (k0 == 0) {
+      ((a0[T] = simd::fbatch(0.0f), a1[T] = simd::fbatch(0.0f)), ...);
+    } else if (n_rows == gemm_nr) {
+      ((a0[T] = simd::fbatch::load_unaligned(y + T * ldy), a1[T] = simd::fbatch::load_unaligned(y + T * ldy + W)), ...);
+    } else {
+      auto get = [&](std::size_t t, simd::fbatch& lo, simd::fbatch& hi) {
+        alignas(64) float tmp[2 * W] = {};
+        std::copy(y + t * ldy, y + t * ldy + n_rows, tmp);
+        lo = simd::fbatch::load_aligned(tmp);
+        hi = simd::fbatch::load_aligned(tmp + W);
+      };
+      (get(T, a0[T], a1[T]), ...);
+    }
+    const float* xr[MR] = {(x + T * ldx)...};
+    for (std::size_t k = k0; k < k1; ++k) {
+      const simd::fbatch w0 = simd::fbatch::load_aligned(panel + k * gemm_nr);
+      const simd::fbatch w1 = simd::fbatch::load_aligned(panel + k * gemm_nr + W);
+      ((a0[T] = xsimd::fma(simd::fbatch(xr[T][k]), w0, a0[T]),
+        a1[T] = xsimd::fma(simd::fbatch(xr[T][k]), w1, a1[T])), ...);
+    }
+    if (n_rows == gemm_nr) {
+      ((a0[T].store_unaligned(y + T * ldy), a1[T].store_unaligned(y + T * ldy + W)), ...);
+    } else {
+      alignas(64) float tmp[2 * W];
+      auto put = [&](std::size_t t, const simd::fbatch& lo, const simd::fbatch& hi) {
+        lo.store_aligned(tmp);
+        hi.store_aligned(tmp + W);
+        std::copy(tmp, tmp + n_rows, y + t * ldy);
+      };
+      (put(T, a0[T], a1[T]), ...);
+    }
+  }(std::make_index_sequence<MR>{});
+}
+
+/// The tile for the last m < gemm_mr tokens.
+template <std::size_t M = gemm_mr - 1>
+inline void gemm_tile_tail(std::size_t m, const float* panel, std::size_t k0, std::size_t k1, const float* x,
+                           std::size_t ldx, float* y, std::size_t ldy, std::size_t n_rows) noexcept {
+  if constexpr (M > 0) {
+    if (m == M) return gemm_tile<M>(panel, k0, k1, x, ldx, y, ldy, n_rows);
+    gemm_tile_tail<M - 1>(m, panel, k0, k1, x, ldx, y, ldy, n_rows);
+  }
+}
+
+/// Columns per pass over the token tiles: the panel's slice (kc x gemm_nr
+/// floats, 16 KiB on AVX-512) stays in L1 while every token tile meets it.
+inline constexpr std::size_t gemm_kc = 128;
+
+/// Per-thread panel buffer (gemm_nr x cols floats), 64-byte aligned; grows,
+/// never shrinks, so steady-state prefill allocates nothing.
+inline float* gemm_panel_scratch(std::size_t cols) {
+  thread_local std::vector<float> buf;
+  const std::size_t need = cols * gemm_nr + 16;
+  if (buf.size() < need) buf.resize(need);
+  auto p = reinterpret_cast<std::uintptr_t>(buf.data());
+  return reinterpret_cast<float*>((p + 63) & ~std::uintptr_t{63});
+}
+
+/// Y[:, r0:r1) = X W[r0:r1)^T. w: (rows, cols); x: (n_tokens, cols);
+/// y: (n_tokens, rows). r0 is a multiple of gemm_nr except at r1.
+template <class T>
+inline void gemm_rows(const T* w, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens, float* y,
+                      std::size_t r0, std::size_t r1) {
+  float* panel = gemm_panel_scratch(cols);
+  for (std::size_t r = r0; r < r1; r += gemm_nr) {
+    const std::size_t n = std::min(gemm_nr, r1 - r);
+    gemm_pack_panel(w, cols, r, n, panel);
+    for (std::size_t k0 = 0; k0 < cols; k0 += gemm_kc) {
+      const std::size_t k1 = std::min(cols, k0 + gemm_kc);
+      std::size_t t = 0;
+      for (; t + gemm_mr <= n_tokens; t += gemm_mr)
+        gemm_tile<gemm_mr>(panel, k0, k1, x + t * cols, cols, y + t * rows + r, rows, n);
+      if (t < n_tokens) gemm_tile_tail(n_tokens - t, panel, k0, k1, x + t * cols, cols, y + t * rows + r, rows, n);
+    }
+  }
+}
+
+}  // namespace kestrel::cpu::detail
