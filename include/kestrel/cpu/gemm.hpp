@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "kestrel/cpu/convert.hpp"
+#include "kestrel/cpu/transpose.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
 
 namespace kestrel::cpu::detail {
@@ -39,36 +40,9 @@ namespace kestrel::cpu::detail {
 inline constexpr std::size_t gemm_nr = 2 * simd::width;               // rows of W per panel
 inline constexpr std::size_t gemm_mr = simd::width >= 16 ? 12 : 6;   // tokens per register tile
 
-#if defined(__AVX512F__)
-/// r[i] = row i of a 16 x 16 block -> r[i] = column i: unpack pairs, then
-/// 4 x 4 blocks within 128-bit lanes, then the 4 x 4 grid of lanes.
-inline void transpose16(__m512 r[16]) noexcept {
-  __m512 t[16], u[16];
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    u[4 * i + 0] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
-    u[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
-    u[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
-    u[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
-  }
-  // lane L of u[4i + c] = rows 4i..4i+3 of column 4L + c
-  for (int c = 0; c < 4; ++c) {
-    const __m512 a = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), b = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-    const __m512 e = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), f = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-    r[c] = _mm512_shuffle_f32x4(a, e, 0x88);
-    r[8 + c] = _mm512_shuffle_f32x4(a, e, 0xDD);
-    r[4 + c] = _mm512_shuffle_f32x4(b, f, 0x88);
-    r[12 + c] = _mm512_shuffle_f32x4(b, f, 0xDD);
-  }
-}
-#endif
-
 /// Packs rows [r, r + n) (n <= gemm_nr) of w (rows of `cols`) into
 /// panel[k * gemm_nr + j], converted to f32; rows past n are zeros. With
-/// AVX-512, full 16 x 16 blocks go through registers (transpose16): the
+/// AVX-512, full 16 x 16 blocks go through registers (transpose16x16): the
 /// scalar scatter took ~8% of a TinyLlama-shape f16 prefill.
 template <class T>
 inline void gemm_pack_panel(const T* w, std::size_t cols, std::size_t r, std::size_t n, float* panel) noexcept {
@@ -83,7 +57,7 @@ inline void gemm_pack_panel(const T* w, std::size_t cols, std::size_t r, std::si
     for (std::size_t k = 0; k < k_done; k += 16) {
       __m512 b[16];
       for (std::size_t i = 0; i < 16; ++i) b[i] = load_f32(rows16 + i * cols + k);
-      transpose16(b);
+      transpose16x16(b);
       for (std::size_t i = 0; i < 16; ++i) _mm512_store_ps(panel + (k + i) * gemm_nr + j, b[i]);
     }
     for (std::size_t i = 0; i < 16; ++i)
