@@ -339,6 +339,34 @@ TEST_CASE("cpu: row_to_f32 is exact for every f16 and bf16 value") {
     }
 }
 
+namespace {
+
+/// The tolerance of a fast attend-like computation against ref::attend, per
+/// element of the output (derivation in "cpu: attend == ref::attend"). k, v:
+/// the n_kv attended rows; p_ref: ref::attend's weights (its scratch).
+std::vector<double> attend_tol(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
+                               std::size_t kv_stride, float scale, const float* p_ref) {
+  double d = 0;
+  for (std::size_t t = 0; t < n_kv; ++t) {
+    double qk = 0, s = 0;
+    for (std::size_t i = 0; i < head_dim; ++i) {
+      qk += std::fabs(double(q[i]) * k[t * kv_stride + i]);
+      s += double(q[i]) * k[t * kv_stride + i];
+    }
+    d = std::max(d, 2 * (gamma_n(head_dim) * scale * qk + u * std::fabs(scale * s)));
+  }
+  const double rho = std::expm1(2 * d) + softmax_rel_tol(n_kv);
+  std::vector<double> tol(head_dim);
+  for (std::size_t j = 0; j < head_dim; ++j) {
+    double pv = 0;
+    for (std::size_t t = 0; t < n_kv; ++t) pv += p_ref[t] * std::fabs(v[t * kv_stride + j]);
+    tol[j] = (rho * (1 + rho) + 2 * gamma_n(n_kv)) * pv + softmax_abs_tol;
+  }
+  return tol;
+}
+
+}  // namespace
+
 TEST_CASE("cpu: attend == ref::attend") {
   // Scores: each within gamma_d |scale| sum_i |q_i k_ti| (dot) plus u |s_t|
   // (the scale multiply) of exact; fast vs ref differ by at most
@@ -358,27 +386,115 @@ TEST_CASE("cpu: attend == ref::attend") {
         std::vector<float> got(head_dim), want(head_dim), s1(n_kv + 1), s2(n_kv + 1);
         cpu::attend(q.data(), k.data(), v.data(), n_kv, head_dim, kv_stride, scale, got.data(), s1.data());
         ref::attend(q.data(), k.data(), v.data(), n_kv, head_dim, kv_stride, scale, want.data(), s2.data());
-        double d = 0;
-        for (std::size_t t = 0; t < n_kv; ++t) {
-          double qk = 0, s = 0;
-          for (std::size_t i = 0; i < head_dim; ++i) {
-            qk += std::fabs(double(q[i]) * k[t * kv_stride + i]);
-            s += double(q[i]) * k[t * kv_stride + i];
-          }
-          d = std::max(d, 2 * (gamma_n(head_dim) * scale * qk + u * std::fabs(scale * s)));
-        }
-        const double rho = std::expm1(2 * d) + softmax_rel_tol(n_kv);
-        std::vector<double> tol(head_dim);
-        for (std::size_t j = 0; j < head_dim; ++j) {
-          double pv = 0;
-          for (std::size_t t = 0; t < n_kv; ++t) pv += s2[t] * std::fabs(v[t * kv_stride + j]);
-          tol[j] = (rho * (1 + rho) + 2 * gamma_n(n_kv)) * pv + softmax_abs_tol;
-        }
+        const auto tol = attend_tol(q.data(), k.data(), v.data(), n_kv, head_dim, kv_stride, scale, s2.data());
         INFO("head_dim " << head_dim << " n_kv " << n_kv << " kv_stride " << kv_stride);
         kestrel::test::check_within(got.data(), want.data(), tol, head_dim);
       }
     }
   }
+}
+
+TEST_CASE("cpu: attend_block == ref::attend per (query, head)") {
+  // A row of attend_block is attend()'s computation for that query: one dot
+  // product per key (an FMA chain over d against the transposed key tile
+  // instead of dot()'s two accumulators: another order of the same terms,
+  // within the same gamma_d), the same scale multiply, the same softmax over
+  // the row's own n_kv keys, and a weighted sum in which masked keys add
+  // exact zeros (so still within gamma_{n_kv}). The bound derived for attend
+  // therefore holds per row, with that row's q, keys and n_kv (attend_tol).
+  //
+  // Shapes: head_dim below, at and between register widths; blocks of 1
+  // query to more than two key tiles; GQA groups; a first block (pos0 0) and
+  // one after cached tokens; no window, a window shorter than the block and
+  // one longer; kv_stride == head_dim and larger. Cache rows the block must
+  // not read (before its first key, after its last, the stride gap) hold
+  // NaN, as does the scratch, so reading them would show.
+  const float nan = std::numeric_limits<float>::quiet_NaN(), sentinel = 12345.0f;
+  std::size_t cases = 0;
+  for (std::size_t head_dim : {8, 16, 40, 64, 80, 128}) {
+    for (std::size_t group : {1, 2, 4}) {
+      for (std::size_t nq : {1, 3, 17, 70}) {
+        for (std::size_t pos0 : {0, 45}) {
+          for (std::size_t window : {0, 7, 40}) {
+            for (std::size_t kv_stride : {head_dim, 2 * head_dim + 3}) {
+              const auto seed = static_cast<std::uint32_t>(((head_dim * 5 + group) * 71 + nq) * 97 + pos0 * 3 + window + kv_stride);
+              const std::size_t q_stride = group * head_dim + 5, n_pos = pos0 + nq;
+              const std::size_t first = window && pos0 + 1 > window ? pos0 + 1 - window : 0;
+              const auto q = random_floats(nq * q_stride, seed, -3.0f, 3.0f);
+              auto k = random_floats((n_pos + 2) * kv_stride, seed + 1, -3.0f, 3.0f);
+              auto v = random_floats((n_pos + 2) * kv_stride, seed + 2);
+              for (std::size_t t = 0; t < n_pos + 2; ++t)
+                for (std::size_t j = 0; j < kv_stride; ++j)
+                  if (t < first || t >= n_pos || j >= head_dim) k[t * kv_stride + j] = v[t * kv_stride + j] = nan;
+              cpu::attend_block_args a;
+              a.q = q.data();
+              a.q_stride = q_stride;
+              a.k = k.data();
+              a.v = v.data();
+              a.kv_stride = kv_stride;
+              a.out_stride = q_stride;
+              a.nq = nq;
+              a.group = group;
+              a.head_dim = head_dim;
+              a.pos0 = pos0;
+              a.window = window;
+              a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+              std::vector<float> got(nq * q_stride, sentinel), scratch(cpu::attend_block_scratch_size(a), nan);
+              a.out = got.data();
+              cpu::attend_block(a, scratch.data());
+              auto ref_args = a;
+              std::vector<float> want(nq * q_stride, sentinel);
+              ref_args.out = want.data();
+              ref::attend_block(ref_args);
+
+              // The reference weights of each row, for its bound.
+              std::vector<float> got_rows, want_rows, p(n_pos);
+              std::vector<double> tol;
+              for (std::size_t i = 0; i < nq; ++i) {
+                const std::size_t pos = pos0 + i, f = window && pos + 1 > window ? pos + 1 - window : 0;
+                for (std::size_t g = 0; g < group; ++g) {
+                  const float* qr = q.data() + i * q_stride + g * head_dim;
+                  std::vector<float> o(head_dim);
+                  ref::attend(qr, k.data() + f * kv_stride, v.data() + f * kv_stride, pos + 1 - f, head_dim, kv_stride,
+                              a.scale, o.data(), p.data());
+                  const auto t = attend_tol(qr, k.data() + f * kv_stride, v.data() + f * kv_stride, pos + 1 - f,
+                                            head_dim, kv_stride, a.scale, p.data());
+                  tol.insert(tol.end(), t.begin(), t.end());
+                  const float* gr = got.data() + i * q_stride + g * head_dim;
+                  const float* wr = want.data() + i * q_stride + g * head_dim;
+                  got_rows.insert(got_rows.end(), gr, gr + head_dim);
+                  want_rows.insert(want_rows.end(), wr, wr + head_dim);
+                }
+              }
+              INFO("head_dim " << head_dim << " group " << group << " nq " << nq << " pos0 " << pos0 << " window "
+                               << window << " kv_stride " << kv_stride);
+              kestrel::test::check_within(got_rows.data(), want_rows.data(), tol, got_rows.size());
+              // Nothing outside the rows is written (the 5 floats after each token's heads).
+              std::size_t outside = 0;
+              for (std::size_t i = 0; i < nq; ++i)
+                for (std::size_t j = group * head_dim; j < q_stride; ++j) outside += got[i * q_stride + j] != sentinel;
+              CHECK(outside == 0);
+
+              // A row does not depend on the block around it: the last query
+              // alone (one key range, no masked keys, other tiles) gives the
+              // same bits, so masked keys contributed exactly 0.
+              auto one = a;
+              one.q = q.data() + (nq - 1) * q_stride;
+              one.pos0 = pos0 + nq - 1;
+              one.nq = 1;
+              std::vector<float> alone(q_stride, sentinel), scratch1(cpu::attend_block_scratch_size(one), nan);
+              one.out = alone.data();
+              cpu::attend_block(one, scratch1.data());
+              CHECK(std::equal(alone.begin(), alone.begin() + static_cast<std::ptrdiff_t>(group * head_dim),
+                               got.begin() + static_cast<std::ptrdiff_t>((nq - 1) * q_stride)));
+              ++cases;
+            }
+          }
+        }
+      }
+    }
+  }
+  MESSAGE("attend_block: " << cases << " shapes");
 }
 
 namespace {

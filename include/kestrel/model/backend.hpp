@@ -11,6 +11,7 @@
 #include <span>
 #include <utility>
 
+#include "kestrel/core/buffer.hpp"
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/kernels.hpp"
 #include "kestrel/cpu/ref/kernels.hpp"
@@ -47,6 +48,16 @@ class cpu_backend {
   void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
               std::size_t kv_stride, float scale, float* out, float* scratch) {
     cpu::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
+  }
+  /// Optional: attention of a block of queries x the query heads of one KV
+  /// head (cpu/attend_block.hpp), called from inside parallel_for. Its
+  /// scratch is per thread and grow-only: allocated by the first calls of a
+  /// prompt, then reused.
+  void attend_block(const cpu::attend_block_args& a) {
+    thread_local aligned_buffer<float> scratch;
+    const std::size_t need = cpu::attend_block_scratch_size(a);
+    if (scratch.size() < need) scratch = aligned_buffer<float>(need);
+    cpu::attend_block(a, scratch.data());
   }
   template <class F>
   void parallel_for(std::size_t n, F&& f, std::size_t work) { cpu::parallel_for(pool_.get(), n, std::forward<F>(f), work); }

@@ -19,10 +19,15 @@
 //   b.n_threads()                        -> std::size_t
 //
 // Optional expressions (llama_model detects them with `requires` and falls
-// back to one matvec per matrix): fusions that save decode one parallel
-// region each, bit-identical to the unfused calls.
+// back to the required ones). Fusions that save decode one parallel region
+// each, bit-identical to the unfused calls (fallback: one matvec per matrix):
 //   b.matvec_fused(jobs, x)              y_j = W_j x for a span of cpu::matvec_job {&w, y}
 //   b.matvec_swiglu(gate, up, x, h, s)   h = silu(gate x) * (up x); s: (rows) scratch
+// Prefill attention of a block of consecutive queries x the query heads of
+// one KV head, each row within attend()'s tolerance of attend of that query
+// (fallback: attend per (token, head)); called from inside parallel_for, so
+// it must be safe on several threads at once:
+//   b.attend_block(args)                 cpu::attend_block_args (cpu/attend_block.hpp)
 //
 // Semantics: every operation has the meaning of its scalar twin in
 // cpu/ref/; a backend may reorder floating-point sums (tolerances in the

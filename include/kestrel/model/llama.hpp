@@ -175,11 +175,16 @@ class llama_model {
     return w && pos + 1 > w ? pos + 1 - w : 0;
   }
 
+  /// Whether the backend offers the optional block attention
+  /// (model/concepts.hpp); without it prefill calls attend per (token, head).
+  static constexpr bool attends_blocks = requires(B& b, const cpu::attend_block_args& a) { b.attend_block(a); };
+
   /// Attention of n tokens (queries Q, (n, n_embd)) at positions pos0.. over
   /// the cache, which already holds their keys and values; head h reads KV
   /// head h / (n_head / n_head_kv) (grouped-query attention). Decode runs
-  /// over heads with the model's scores scratch; prefill over (token, head)
-  /// pairs, each worker with its own.
+  /// over heads with the model's scores scratch; prefill over (KV head,
+  /// block of queries) tasks when the backend has attend_block, else over
+  /// (token, head) pairs, each worker with its own scratch.
   template <phase P>
   void attention(std::size_t layer, const float* Q, std::size_t n, std::size_t pos0, float* OUT) {
     const std::size_t head_dim = hp_.head_dim(), n_head = cfg_.n_head(), n_embd = cfg_.n_embd();
@@ -198,6 +203,31 @@ class llama_model {
       backend_.parallel_for(n_head, [&](std::size_t begin, std::size_t end) {
         for (std::size_t h = begin; h < end; ++h) one(0, h, scores + h * n_ctx_);
       }, 2 * n_head * span * head_dim);
+    } else if constexpr (attends_blocks) {
+      // A task's key tiles serve nq x group rows: ~32 keep the transposes a
+      // small part of the work (cpu/attend_block.hpp) while giving 2 threads
+      // dozens of tasks for a 512-token chunk. The latest blocks attend the
+      // most keys: they go first, so the chunks taken last are the short ones.
+      const std::size_t n_head_kv = cfg_.n_head_kv(), nq = std::max<std::size_t>(1, 32 / group);
+      const std::size_t n_blocks = (n + nq - 1) / nq;
+      backend_.parallel_for(n_blocks * n_head_kv, [&](std::size_t begin, std::size_t end) {
+        for (std::size_t job = begin; job < end; ++job) {
+          const std::size_t i0 = (n_blocks - 1 - job / n_head_kv) * nq, kvh = job % n_head_kv;
+          backend_.attend_block({.q = Q + i0 * n_embd + kvh * group * head_dim,
+                                 .q_stride = n_embd,
+                                 .k = keys.base + kvh * head_dim,
+                                 .v = values.base + kvh * head_dim,
+                                 .kv_stride = keys.stride,
+                                 .out = OUT + i0 * n_embd + kvh * group * head_dim,
+                                 .out_stride = n_embd,
+                                 .nq = std::min(nq, n - i0),
+                                 .group = group,
+                                 .head_dim = head_dim,
+                                 .pos0 = pos0 + i0,
+                                 .window = hp_.sliding_window,
+                                 .scale = scale});
+        }
+      }, n * n_head * span * head_dim);
     } else {
       backend_.parallel_for(n * n_head, [&](std::size_t begin, std::size_t end) {
         std::vector<float> scores(pos0 + n);  // per chunk of work, not per token

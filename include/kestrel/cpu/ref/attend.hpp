@@ -1,8 +1,10 @@
-// kestrel/cpu/ref/attend.hpp: scalar twin of attend.
+// kestrel/cpu/ref/attend.hpp: scalar twins of attend and attend_block.
 #pragma once
 
 #include <cstddef>
+#include <vector>
 
+#include "kestrel/cpu/attend_block.hpp"
 #include "kestrel/cpu/ref/elementwise.hpp"
 #include "kestrel/cpu/ref/linear.hpp"
 
@@ -16,6 +18,19 @@ inline void attend(const float* q, const float* k, const float* v, std::size_t n
     float a = 0.0f;
     for (std::size_t t = 0; t < n_kv; ++t) a += scratch[t] * v[t * kv_stride + j];
     out[j] = a;
+  }
+}
+
+/// attend() of each (query, head) row on its own, over exactly its keys:
+/// the definition attend_block's rows are tested against.
+inline void attend_block(const attend_block_args& a) {
+  std::vector<float> scratch(a.pos0 + a.nq);
+  for (std::size_t i = 0; i < a.nq; ++i) {
+    const std::size_t pos = a.pos0 + i;
+    const std::size_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+    for (std::size_t g = 0; g < a.group; ++g)
+      attend(a.q + i * a.q_stride + g * a.head_dim, a.k + first * a.kv_stride, a.v + first * a.kv_stride, pos + 1 - first,
+             a.head_dim, a.kv_stride, a.scale, a.out + i * a.out_stride + g * a.head_dim, scratch.data());
   }
 }
 
