@@ -13,8 +13,9 @@
 // Prefill and decode are separate specializations of the same parts (the
 // `phase` template parameter): prefill runs every prompt token through each
 // layer at once, so each weight matrix meets a matrix of activations
-// (Backend::matmul, compute-bound) and attention runs over (token, head)
-// pairs; decode runs one token, so each weight matrix meets one vector
+// (Backend::matmul, compute-bound) and attention runs over blocks of
+// queries per KV head (Backend::attend_block where the backend has it, else
+// (token, head) pairs); decode runs one token, so each weight matrix meets one vector
 // (Backend::matvec, memory-bound), attention runs over heads, and nothing
 // is allocated.
 #pragma once
