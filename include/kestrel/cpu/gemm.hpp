@@ -4,19 +4,18 @@
 // W is packed, per thread, a panel of 2 SIMD widths of rows at a time (32
 // rows on AVX-512) into k-major order, converted to f32: panel[k][j] =
 // W[r + j][k]. The micro-kernel then holds a tile of MR tokens x 32 rows of
-// Y in registers (MR = 12 on AVX-512: 24 accumulators + 2 weight vectors of
-// the 32 registers) and, per k, loads two weight vectors and broadcasts MR
-// values of X, so each loaded weight serves MR tokens and each X value 32
-// rows: 24 FMAs per 14 loads, most of them embedded broadcasts. The panel
+// Y in registers (MR = 8 on AVX-512: 16 accumulators + 2 weight vectors)
+// and, per k, loads two weight vectors and broadcasts MR values of X, so
+// each loaded weight serves MR tokens and each X value 32 rows: 16 FMAs per
+// 10 loads, most of them embedded broadcasts. The panel
 // (32 x cols floats: 96 KiB at cols 768, 704 KiB at 5632) stays in L2 while
 // every token tile passes over it; X is read in place (row-major), MR rows
 // at a time.
 //
 // Why not Eigen (the path before this one): its f32 kernel is a 48 x 4
 // tile that keeps 12 accumulators, re-packs X in every call, and reached
-// about 68% of the FMA peak here (TOOLCHAIN.md); this kernel's numbers are
-// in the commit that introduced it (bench: kestrel-bench pp512 on f32 / f16
-// files).
+// about 68% of the FMA peak here (TOOLCHAIN.md); this kernel reaches
+// 88-97 GFLOP/s on one core, ~85% of its peak (numbers at gemm_mr).
 //
 // Rounding: each output is ONE fma chain over k in order (y = fma(x_k, w_k,
 // y) from 0), the same for every tile, thread count and token count, so a
@@ -38,7 +37,12 @@
 namespace kestrel::cpu::detail {
 
 inline constexpr std::size_t gemm_nr = 2 * simd::width;               // rows of W per panel
-inline constexpr std::size_t gemm_mr = simd::width >= 16 ? 12 : 6;   // tokens per register tile
+// Tokens per register tile. Measured on AVX-512 (one thread, f32, 512
+// tokens, 2048x768 / 5632x2048 / 2048x5632 / 768x2048, GFLOP/s): 6 tokens
+// 89 / 96 / 92 / 97, 8 tokens 93 / 95 / 88 / 97, 10 tokens 92 / 95 / 85 / 85,
+// 12 tokens 88 / 67 / 85 / 91, 14 tokens spill: fewer X rows in flight
+// beat the extra reuse of each weight load.
+inline constexpr std::size_t gemm_mr = simd::width >= 16 ? 8 : 6;
 
 /// Packs rows [r, r + n) (n <= gemm_nr) of w (rows of `cols`) into
 /// panel[k * gemm_nr + j], converted to f32; rows past n are zeros. With

@@ -5,7 +5,7 @@
 // tokens: short prompts, speculative verification) use our own register-tiled
 // "skinny" kernel, 4 tokens x 4 weight rows per tile, f16/bf16 converted in
 // registers, each weight block read from memory once. Larger ones use the
-// packed-panel GEMM of cpu/gemm.hpp (12 tokens x 32 rows per register tile,
+// packed-panel GEMM of cpu/gemm.hpp (8 tokens x 32 rows per register tile,
 // W packed and converted to f32 a panel at a time per thread), which
 // measured 1.1-2x Eigen's blocked kernel on this machine (one thread, 110M
 // and TinyLlama shapes, 128-512 tokens). Threads come from our pool, not
