@@ -51,6 +51,13 @@ struct attend_block_args {
   float scale = 1.0f;
 };
 
+/// The first key position a query at position pos attends: pos + 1 - window
+/// for a sliding window that the query has outgrown, else 0 (causal). The one
+/// definition of the window for the kernels, their twins and the model.
+inline std::size_t attend_first(std::size_t pos, std::size_t window) noexcept {
+  return window && pos + 1 > window ? pos + 1 - window : 0;
+}
+
 namespace detail {
 
 /// Keys per tile of K^T: two registers, so the score micro-kernel runs
@@ -63,10 +70,6 @@ inline constexpr std::size_t attend_rows = 4;
 /// + 4 of v fit AVX-512's 32 registers; with 16 (AVX2, SSE) 4 x 4 spills, so
 /// 2 (AVX2, head_dim 64, 512 tokens: 4 registers take 1.5x the time of 2).
 inline constexpr std::size_t attend_value_regs = simd::width >= 16 ? 4 : 2;
-
-inline std::size_t attend_first(std::size_t pos, std::size_t window) noexcept {
-  return window && pos + 1 > window ? pos + 1 - window : 0;
-}
 
 /// n keys rounded up to whole tiles: a row of scores in the scratch.
 inline std::size_t attend_row_len(std::size_t n) noexcept {
@@ -178,7 +181,7 @@ inline void with_rows(std::size_t R, F&& f) {
 inline std::size_t attend_block_scratch_size(const attend_block_args& a) noexcept {
   constexpr std::size_t KT = detail::attend_key_tile;
   if (a.nq == 0) return 0;
-  const std::size_t n_keys = a.pos0 + a.nq - detail::attend_first(a.pos0, a.window);
+  const std::size_t n_keys = a.pos0 + a.nq - attend_first(a.pos0, a.window);
   return a.head_dim * KT + a.nq * a.group * detail::attend_row_len(n_keys);
 }
 
@@ -193,13 +196,13 @@ inline void attend_block(const attend_block_args& a, float* scratch) noexcept {
   const std::size_t head_dim = a.head_dim, group = a.group, rows = a.nq * group;
   // Keys [base, base + n_keys) are the union of the rows' ranges; indices
   // below are relative to base. Row r is query r / group.
-  const std::size_t base = detail::attend_first(a.pos0, a.window), n_keys = a.pos0 + a.nq - base;
+  const std::size_t base = attend_first(a.pos0, a.window), n_keys = a.pos0 + a.nq - base;
   const std::size_t row_len = detail::attend_row_len(n_keys);
   float* kt = scratch;                   // (head_dim, KT)
   float* S = scratch + head_dim * KT;    // (rows, row_len): scores, then weights
   const float* k = a.k + base * a.kv_stride;
   const float* v = a.v + base * a.kv_stride;
-  auto lo_of = [&](std::size_t i) { return detail::attend_first(a.pos0 + i, a.window) - base; };
+  auto lo_of = [&](std::size_t i) { return attend_first(a.pos0 + i, a.window) - base; };
   auto hi_of = [&](std::size_t i) { return a.pos0 + i + 1 - base; };  // exclusive
   auto q_row = [&](std::size_t r) { return a.q + (r / group) * a.q_stride + (r % group) * head_dim; };
   auto out_row = [&](std::size_t r) { return a.out + (r / group) * a.out_stride + (r % group) * head_dim; };

@@ -172,8 +172,7 @@ class llama_model {
 
   /// The first cache position token `pos` attends to.
   std::size_t window_start(std::size_t pos) const noexcept {
-    const std::size_t w = hp_.sliding_window;
-    return w && pos + 1 > w ? pos + 1 - w : 0;
+    return cpu::attend_first(pos, hp_.sliding_window);
   }
 
   /// Whether the backend offers the optional block attention

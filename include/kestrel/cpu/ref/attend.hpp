@@ -27,7 +27,7 @@ inline void attend_block(const attend_block_args& a) {
   std::vector<float> scratch(a.pos0 + a.nq);
   for (std::size_t i = 0; i < a.nq; ++i) {
     const std::size_t pos = a.pos0 + i;
-    const std::size_t first = a.window && pos + 1 > a.window ? pos + 1 - a.window : 0;
+    const std::size_t first = attend_first(pos, a.window);
     for (std::size_t g = 0; g < a.group; ++g)
       attend(a.q + i * a.q_stride + g * a.head_dim, a.k + first * a.kv_stride, a.v + first * a.kv_stride, pos + 1 - first,
              a.head_dim, a.kv_stride, a.scale, a.out + i * a.out_stride + g * a.head_dim, scratch.data());
