@@ -143,11 +143,12 @@ inline void gemm_tile_tail(std::size_t m, const float* panel, std::size_t k0, st
 /// floats, 16 KiB on AVX-512) stays in L1 while every token tile meets it.
 inline constexpr std::size_t gemm_kc = 128;
 
-/// Per-thread panel buffer (gemm_nr x cols floats), 64-byte aligned; grows,
-/// never shrinks, so steady-state prefill allocates nothing.
-inline float* gemm_panel_scratch(std::size_t cols) {
+/// Per-thread f32 scratch of n floats, 64-byte aligned (the GEMM's panels,
+/// the Eigen path's converted tiles); grows, never shrinks, so steady-state
+/// prefill allocates nothing.
+inline float* float_scratch(std::size_t n) {
   thread_local std::vector<float> buf;
-  const std::size_t need = cols * gemm_nr + 16;
+  const std::size_t need = n + 16;
   if (buf.size() < need) buf.resize(need);
   auto p = reinterpret_cast<std::uintptr_t>(buf.data());
   return reinterpret_cast<float*>((p + 63) & ~std::uintptr_t{63});
@@ -158,7 +159,7 @@ inline float* gemm_panel_scratch(std::size_t cols) {
 template <class T>
 inline void gemm_rows(const T* w, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens, float* y,
                       std::size_t r0, std::size_t r1) {
-  float* panel = gemm_panel_scratch(cols);
+  float* panel = float_scratch(cols * gemm_nr);
   for (std::size_t r = r0; r < r1; r += gemm_nr) {
     const std::size_t n = std::min(gemm_nr, r1 - r);
     gemm_pack_panel(w, cols, r, n, panel);

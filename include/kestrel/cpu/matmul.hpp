@@ -56,21 +56,13 @@ inline void matmul_block(const float* w_block, std::size_t rows, std::size_t col
   ym.noalias() = xm * wm.transpose();
 }
 
-/// Per-thread f32 scratch for converted weight tiles; grows, never shrinks,
-/// so steady-state prefill allocates nothing.
-inline float* tile_scratch(std::size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
-
 /// Same as matmul_block for f16/bf16 W, converting tiles of rows to f32.
 template <class T>
 inline void matmul_block_converted(const T* w, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens,
                                    float* y, std::size_t r0, std::size_t r1) {
   // ~64K floats (256 KiB) per tile, at least 16 rows so Eigen's panels stay wide.
   const std::size_t tile_rows = std::max<std::size_t>(16, (std::size_t{1} << 16) / std::max<std::size_t>(cols, 1));
-  float* tile = tile_scratch(std::min(tile_rows, r1 - r0) * cols);  // (tile_rows, cols)
+  float* tile = float_scratch(std::min(tile_rows, r1 - r0) * cols);  // (tile_rows, cols)
   for (std::size_t t0 = r0; t0 < r1; t0 += tile_rows) {
     const std::size_t t1 = std::min(r1, t0 + tile_rows);
     convert_to_f32(w + t0 * cols, tile, (t1 - t0) * cols);
@@ -172,16 +164,8 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
     std::fill(y, y + n_tokens * rows, 0.0f);
     return;
   }
-  // Blocks of 16 output features: a multiple of every SIMD width, so each
-  // thread's slice of Y starts on a lane boundary of the packed panels.
-  constexpr std::size_t block = 16;
-  const std::size_t blocks = (rows + block - 1) / block;
   visit_weight(w, [&](const auto* data) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;
-    // Each Eigen call packs all of X again, so the Eigen path takes one
-    // part per thread (the pool's dynamic chunks would cut it into 4 per
-    // thread and pack X 4 times as often); the skinny path packs nothing
-    // and takes the pool's finer chunks.
     const bool skinny = n_tokens <= detail::skinny_max_tokens<T>;
     if (!skinny && !eigen_gemm()) {
       // Our packed-panel GEMM (cpu/gemm.hpp): threads take panels of
@@ -193,12 +177,19 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
       }, n_tokens * rows * cols);
       return;
     }
-    const bool eigen = !skinny;
-    const std::size_t parts = eigen && pool ? std::min(blocks, pool->size()) : blocks;
+    // Blocks of 16 output features: a multiple of every SIMD width, so each
+    // thread's slice of Y starts on a lane boundary of Eigen's packed
+    // panels. Each Eigen call packs all of X again, so the Eigen path takes
+    // one part per thread (the pool's dynamic chunks would cut it into 4 per
+    // thread and pack X 4 times as often); the skinny path packs nothing
+    // and takes the pool's finer chunks.
+    constexpr std::size_t block = 16;
+    const std::size_t blocks = (rows + block - 1) / block;
+    const std::size_t parts = !skinny && pool ? std::min(blocks, pool->size()) : blocks;
     parallel_for(pool, parts, [&](std::size_t p0, std::size_t p1) {
       const std::size_t b0 = p0 * blocks / parts, b1 = p1 * blocks / parts;
       const std::size_t r0 = b0 * block, r1 = std::min(rows, b1 * block);
-      if (n_tokens <= detail::skinny_max_tokens<T>)
+      if (skinny)
         detail::matmul_skinny(data, rows, cols, x, n_tokens, y, r0, r1);
       else if constexpr (std::is_same_v<T, float>)
         detail::matmul_block(data + r0 * cols, rows, cols, x, n_tokens, y, r0, r1);
