@@ -7,8 +7,8 @@
 // For the k-quants a token's output is the same dot, bit for bit, whether
 // it is computed alone (decode) or among others. For the legacy types with
 // AVX-512 VNNI, decode (n_tokens <= quant::decode_max_tokens, 2) takes
-// the row-streaming decode kernel (quant/legacy_decode.hpp: two blocks per
-// zmm, memory-bound), and more tokens take 16-row panels against 8-token
+// the row-streaming decode kernel (quant/legacy_decode.hpp: units of four
+// blocks, memory-bound), and more tokens take 16-row panels against 8-token
 // groups (legacy_panels below, quant/legacy_tokens.hpp), bit-identical to
 // quant::ref::dot_fused; the two agree within derived rounding bounds, not
 // bit for bit (tests/cpu/test_linear.cpp). Without VNNI, one quant::dot per
@@ -191,7 +191,7 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
     if constexpr (!std::is_same_v<A, quant::block_q8_K>) {
       if (!reference && n_tokens <= quant::decode_max_tokens) {
         // Decode (up to decode_max_tokens tokens): every row streamed once,
-        // 2 (q8_0) or 4 blocks per unit of vpdpbusd (quant/legacy_decode.hpp).
+        // 4 blocks per unit of vpdpbusd (quant/legacy_decode.hpp).
         thread_local quant::decode_acts<B> acts[quant::decode_max_tokens];
         const quant::decode_acts<B>* ap[quant::decode_max_tokens];
         for (std::size_t t = 0; t < n_tokens; ++t) {
