@@ -20,6 +20,7 @@
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/ref/linear.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
@@ -193,10 +194,13 @@ void check_kquant_linear(dtype type) {
   struct shape { std::size_t rows, cols; };
   const shape shapes[] = {{1, 256}, {5, 512}, {17, 1024}, {64, 2048}, {33, 4096}, {3, 4096}};
   for (auto [rows, cols] : shapes)
-    for (std::size_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 61}) {
+    for (std::size_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 17, 33, 61}) {
       // 61 tokens of 4096 values pass a tile boundary (56 tokens of 16 q8_K
-      // blocks in 256 KiB); keep the scalar twin's share quick elsewhere.
+      // blocks in 256 KiB, for token groups and panels alike); keep the
+      // scalar twin's share quick elsewhere. From 17 (q4/q5_K) or 33 tokens
+      // on, calls take the prefill panels.
       if (n_tokens == 61 && rows != 3) continue;
+      if ((n_tokens == 17 || n_tokens == 33) && rows * cols > 64 * 1024) continue;
       const auto seed = static_cast<std::uint32_t>(rows * 31 + cols + n_tokens);
       kquant_weight<B> w(type, rows, cols, seed);
       const auto x = random_floats(n_tokens * cols, seed + 7);
@@ -221,12 +225,21 @@ void check_kquant_linear(dtype type) {
         CHECK(mv3 == got);
       }
       // A token's outputs do not depend on the other tokens in the call
-      // (groups of tokens, tiles): each equals that token's matvec.
+      // (groups of tokens, tiles): below quant::kpanel_min_tokens each
+      // equals that token's matvec; from there on (the prefill panels,
+      // another rounding order) the first kpanel_min_tokens tokens equal a
+      // call with just them.
       bool same = true;
-      for (std::size_t t = 0; t < n_tokens; ++t) {
-        std::vector<float> one(rows, -1.0f);
-        cpu::matvec(w.view, x.data() + t * cols, one.data(), nullptr);
-        same = same && std::equal(one.begin(), one.end(), got.begin() + t * rows);
+      if (n_tokens < q::kpanel_min_tokens<B>) {
+        for (std::size_t t = 0; t < n_tokens; ++t) {
+          std::vector<float> one(rows, -1.0f);
+          cpu::matvec(w.view, x.data() + t * cols, one.data(), nullptr);
+          same = same && std::equal(one.begin(), one.end(), got.begin() + t * rows);
+        }
+      } else {
+        std::vector<float> first(q::kpanel_min_tokens<B> * rows, -1.0f);
+        cpu::matmul(w.view, x.data(), q::kpanel_min_tokens<B>, first.data(), nullptr);
+        same = std::equal(first.begin(), first.end(), got.begin());
       }
       CHECK(same);
     }

@@ -25,6 +25,10 @@
 // |simd - ref| <= (gamma_{2nb+6} + gamma_{nb+20}) T. X is computed in
 // double from the exact integers; its own error (a few 2^-53 T) is far
 // below these bounds.
+//
+// The prefill panels (quant/kquant_panels.hpp) round float(T), d * d8, one
+// FMA per block and the final sum: |panel - X| <= gamma_(nb+3) T, and
+// |panel - ref| <= (gamma_(nb+3) + gamma_(nb+20)) T.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -35,6 +39,7 @@
 #include <vector>
 
 #include "cpu/helpers.hpp"
+#include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquants.hpp"
 
 namespace q = kestrel::quant;
@@ -232,3 +237,106 @@ TEST_CASE("kquants simd: n = 0 and n not a multiple of 256") {
   CHECK_THROWS_AS((void)q::vec_dot(w.data(), a.data(), 300), kestrel::invalid_argument);
   CHECK_THROWS_AS((void)q::ref::vec_dot(w.data(), a.data(), 300), kestrel::invalid_argument);
 }
+
+#if defined(KESTREL_KQUANT_PANEL)
+namespace {
+
+/// out[t * rows + r] for every row and token through the 16-row panels,
+/// rows x nb blocks of w, n_tokens x nb blocks of a; out has 16 extra
+/// entries past the last token that must stay untouched.
+template <class B>
+std::vector<float> panel_dots(const std::vector<B>& w, std::size_t rows, const q::block_q8_K* a, std::size_t n_tokens,
+                              std::size_t nb) {
+  namespace kp = q::detail::kp;
+  const std::size_t n_panels = (rows + 15) / 16;
+  std::vector<kp::kpanel_block> packed(n_panels * nb);
+  std::vector<float> out(n_tokens * rows + 16, -7.0f);
+  const auto* base = reinterpret_cast<const std::byte*>(w.data());
+  for (std::size_t p = 0; p < n_panels; ++p) {
+    const std::size_t nr = std::min<std::size_t>(16, rows - 16 * p);
+    kp::pack_kpanel<B>(base + 16 * p * nb * sizeof(B), nb * sizeof(B), nr, nb, packed.data() + p * nb);
+    kp::kpanel_tokens<B>(packed.data() + p * nb, nr, a, nb, n_tokens, out.data() + 16 * p, rows);
+  }
+  return out;
+}
+
+template <class B>
+void check_panels(const char* name, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (std::size_t nb : {1, 3, 8})
+    for (std::size_t rows : {1, 7, 16, 19})
+      for (std::size_t n_tokens : {1, 2, 5, 8, 13}) {
+        const auto w = random_blocks<B>(rows * nb, rng);
+        const auto a = random_activations(n_tokens * nb, rng);
+        const auto out = panel_dots(w, rows, a.data(), n_tokens, nb);
+        INFO(name << " nb " << nb << " rows " << rows << " tokens " << n_tokens);
+        bool within = true, alone_same = true;
+        for (std::size_t t = 0; t < n_tokens; ++t) {
+          // token t alone gives the same bits as among the others
+          const auto one = panel_dots(w, rows, a.data() + t * nb, 1, nb);
+          for (std::size_t r = 0; r < rows; ++r) {
+            const float got = out[t * rows + r];
+            const exact_dot x = exact(w.data() + r * nb, a.data() + t * nb, nb);
+            const float want = q::ref::vec_dot(w.data() + r * nb, a.data() + t * nb, nb * q::qk_k);
+            const bool ok = std::fabs(got - x.value) <= gamma_n(double(nb) + 3) * x.magnitude &&
+                            std::fabs(double(got) - want) <= (gamma_n(double(nb) + 3) + gamma_n(double(nb) + 20)) * x.magnitude;
+            if (!ok) {
+              INFO("row " << r << " token " << t << ": panel " << got << " exact " << x.value << " T " << x.magnitude
+                          << " ref " << want);
+              CHECK(ok);
+            }
+            within = within && ok;
+            alone_same = alone_same && one[r] == got;
+          }
+        }
+        CHECK(within);
+        CHECK(alone_same);
+        bool tail_untouched = true;
+        for (std::size_t i = n_tokens * rows; i < out.size(); ++i) tail_untouched = tail_untouched && out[i] == -7.0f;
+        CHECK(tail_untouched);
+      }
+}
+
+}  // namespace
+
+TEST_CASE("kquant panels (prefill): every row and token within the derived bound of exact and of the twin") {
+  check_panels<q::block_q2_K>("q2_K", 201);
+  check_panels<q::block_q3_K>("q3_K", 202);
+  check_panels<q::block_q4_K>("q4_K", 203);
+  check_panels<q::block_q5_K>("q5_K", 204);
+  check_panels<q::block_q6_K>("q6_K", 205);
+}
+
+TEST_CASE("kquant panels (prefill): the largest integer sums") {
+  // As above for vec_dot: every code, scale and activation at an extreme.
+  auto run = [&]<class B>(const char* name, std::uint8_t fill, std::uint8_t scale_fill, std::int8_t act) {
+    std::vector<B> w(4);
+    for (auto& b : w) {
+      std::memset(&b, fill, sizeof b);
+      std::memset(b.scales, scale_fill, sizeof b.scales);
+      b.d = kestrel::to_f16(1.0f);
+      if constexpr (requires { b.dmin; }) b.dmin = kestrel::to_f16(0.5f);
+    }
+    std::vector<q::block_q8_K> a(4);
+    for (auto& b : a) {
+      std::memset(b.qs, static_cast<std::uint8_t>(act), sizeof b.qs);
+      for (auto& s : b.bsums) s = static_cast<std::int16_t>(16 * act);
+      b.d = 1.0f;
+    }
+    const exact_dot x = exact(w.data(), a.data(), 4);
+    const float got = panel_dots(w, 1, a.data(), 1, 4)[0];
+    INFO(name << " fill " << int(fill) << " scales " << int(scale_fill) << " act " << int(act) << ": exact " << x.value
+              << " panel " << got);
+    CHECK(std::fabs(got - x.value) <= gamma_n(4 + 3) * x.magnitude);
+  };
+  for (std::uint8_t fill : {0x00, 0xff})
+    for (std::uint8_t scale_fill : {0x00, 0xff, 0x80, 0x7f})
+      for (std::int8_t act : {-128, 127}) {
+        run.operator()<q::block_q2_K>("q2_K", fill, scale_fill, act);
+        run.operator()<q::block_q3_K>("q3_K", fill, scale_fill, act);
+        run.operator()<q::block_q4_K>("q4_K", fill, scale_fill, act);
+        run.operator()<q::block_q5_K>("q5_K", fill, scale_fill, act);
+        run.operator()<q::block_q6_K>("q6_K", fill, scale_fill, act);
+      }
+}
+#endif

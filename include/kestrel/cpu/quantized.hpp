@@ -4,20 +4,24 @@
 // The activations are quantized once per call to the format the weight type
 // pairs with (q8_0 / q8_1 for the legacy types, q8_K for the k-quants, as
 // ggml does), then each weight row meets them in an integer dot product.
-// For the k-quants a token's output is the same dot, bit for bit, whether
-// it is computed alone (decode) or among others. For the legacy types with
-// AVX-512 VNNI, decode (n_tokens <= quant::decode_max_tokens, 2) takes
-// the row-streaming decode kernel (quant/legacy_decode.hpp: units of four
-// blocks, memory-bound), and more tokens take 16-row panels against 8-token
-// groups (legacy_panels below, quant/legacy_tokens.hpp), bit-identical to
-// quant::ref::dot_fused; the two agree within derived rounding bounds, not
-// bit for bit (tests/cpu/test_linear.cpp). Without VNNI, one quant::dot per
-// (row, token). For the k-quants the
-// fast path blocks tokens and rows for the caches and takes tokens in groups
-// of quant::vec_dot_group that share each weight block's unpacking. The fast and reference paths differ only in the dot:
-// the SIMD kernels (quant::dot for the legacy types, quant::vec_dot for the
-// k-quants) against their scalar twins (quant::ref::dot, quant::ref::vec_dot),
-// which agree to within the float rounding bounds their tests derive.
+// For the legacy types with AVX-512 VNNI, decode (n_tokens <=
+// quant::decode_max_tokens, 2) takes the row-streaming decode kernel
+// (quant/legacy_decode.hpp: units of four blocks, memory-bound), and more
+// tokens take 16-row panels against 8-token groups (legacy_panels below,
+// quant/legacy_tokens.hpp), bit-identical to quant::ref::dot_fused; the two
+// agree within derived rounding bounds, not bit for bit
+// (tests/cpu/test_linear.cpp). For the k-quants with AVX-512 VNNI, calls of
+// at least quant::kpanel_min_tokens<B> tokens (prefill) take 16-row panels
+// packed once per call against 8-token groups (kquant_panels below,
+// quant/kquant_panels.hpp); shorter calls block tokens and rows for the
+// caches and take tokens in groups of quant::vec_dot_group that share each
+// weight block's unpacking, bit-identical to quant::vec_dot alone. A
+// token's outputs depend on how many tokens share its call (which path),
+// never on their values or on the thread count.
+// Without VNNI, quant::dot / vec_dot per (row, token). The fast and
+// reference paths differ only in the dot: the SIMD kernels against their
+// scalar twins (quant::ref::dot, quant::ref::vec_dot), which agree to within
+// the float rounding bounds their tests derive.
 #pragma once
 
 #include <algorithm>
@@ -29,6 +33,7 @@
 #include "kestrel/core/error.hpp"
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_decode.hpp"
@@ -75,17 +80,39 @@ float block_dot(const B* w, const A* a, std::size_t n, bool reference) {
   }
 }
 
+/// Prefill's blocking for the 16-row panel kernels (legacy and k-quant):
+/// threads split the panels; a tile of panels (about 256 KiB packed, in L2)
+/// is packed once, then meets every tile of tokens (about 256 KiB of
+/// activations, in L2) a group at a time, so packing is 1 / n_tokens of the
+/// integer work. pack(p, dst) packs panel p's nb blocks into dst; run(src,
+/// p, t0, nt) runs packed panel p against tokens [t0, t0 + nt).
+template <class Packed, class Pack, class Run>
+inline void packed_panel_tiles(std::size_t n_panels, std::size_t nb, std::size_t token_bytes, std::size_t group,
+                               std::size_t n_tokens, std::size_t work, thread_pool* pool, Pack&& pack, Run&& run) {
+  const std::size_t r_tile = std::max<std::size_t>(1, 256 * 1024 / (nb * sizeof(Packed)));
+  const std::size_t t_tile = std::max(group, (256 * 1024 / (nb * token_bytes)) / group * group);
+  parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+    thread_local std::vector<Packed> packed;  // (r_tile, nb); grown, never shrunk
+    if (packed.size() < r_tile * nb) packed.resize(r_tile * nb);
+    for (std::size_t rp = p0; rp < p1; rp += r_tile) {
+      const std::size_t re = std::min(p1, rp + r_tile);
+      for (std::size_t p = rp; p < re; ++p) pack(p, packed.data() + (p - rp) * nb);
+      for (std::size_t t0 = 0; t0 < n_tokens; t0 += t_tile) {
+        const std::size_t nt = std::min(t_tile, n_tokens - t0);
+        for (std::size_t p = rp; p < re; ++p) run(packed.data() + (p - rp) * nb, p, t0, nt);
+      }
+    }
+  }, work);
+}
+
 #if defined(KESTREL_LEGACY_PANEL)
 /// The legacy types' fast path (AVX-512 VNNI): panels of 16 rows against
 /// groups of 8 tokens (quant/legacy_tokens.hpp), every output equal bit for
 /// bit to quant::ref::dot_fused of its row and token, so to what any other
 /// tiling, token count or thread count gives. Threads split the panels.
-/// - Up to 8 tokens (decode): each weight block is gathered straight from the
-///   rows once per call, no packing pass.
-/// - More tokens (prefill): a tile of panels (about 256 KiB unpacked, in L2)
-///   is unpacked once, then meets every tile of tokens (about 256 KiB of
-///   activations, in L2) a group of 8 at a time; the unpacking pass is then
-///   1 / n_tokens of the integer work.
+/// - Up to 8 tokens: each weight block is gathered straight from the rows
+///   once per call, no packing pass.
+/// - More tokens (prefill): packed_panel_tiles.
 template <class B, class A>
 inline void legacy_panels(const std::byte* base, std::size_t row_bytes, std::size_t rows, const A* a, std::size_t nb,
                           std::size_t n_tokens, float* y, thread_pool* pool) {
@@ -106,24 +133,35 @@ inline void legacy_panels(const std::byte* base, std::size_t row_bytes, std::siz
     }, work);
     return;
   }
-  const std::size_t r_tile = std::max<std::size_t>(1, 256 * 1024 / (nb * sizeof(lp::panel_block)));
-  const std::size_t t_tile = std::max(lp::token_group, (256 * 1024 / (nb * (sizeof(A) + sizeof(quant::token_aux)))) /
-                                                           lp::token_group * lp::token_group);
-  parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
-    thread_local std::vector<lp::panel_block> packed;  // (r_tile, nb); grown, never shrunk
-    if (packed.size() < r_tile * nb) packed.resize(r_tile * nb);
-    for (std::size_t rp = p0; rp < p1; rp += r_tile) {
-      const std::size_t re = std::min(p1, rp + r_tile);
-      for (std::size_t p = rp; p < re; ++p)
-        lp::pack_panel<B>(panel_base(p), row_bytes, panel_rows(p), nb, packed.data() + (p - rp) * nb);
-      for (std::size_t t0 = 0; t0 < n_tokens; t0 += t_tile) {
-        const std::size_t nt = std::min(t_tile, n_tokens - t0);
-        for (std::size_t p = rp; p < re; ++p)
-          lp::panel_packed<B>(packed.data() + (p - rp) * nb, panel_rows(p), a + t0 * nb, ax + t0 * nb, nb, nt,
-                              y + t0 * rows + p * lp::panel_rows, rows);
-      }
-    }
-  }, work);
+  packed_panel_tiles<lp::panel_block>(
+      n_panels, nb, sizeof(A) + sizeof(quant::token_aux), lp::token_group, n_tokens, work, pool,
+      [&](std::size_t p, lp::panel_block* dst) { lp::pack_panel<B>(panel_base(p), row_bytes, panel_rows(p), nb, dst); },
+      [&](const lp::panel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
+        lp::panel_packed<B>(src, panel_rows(p), a + t0 * nb, ax + t0 * nb, nb, nt, y + t0 * rows + p * lp::panel_rows,
+                            rows);
+      });
+}
+#endif
+
+#if defined(KESTREL_KQUANT_PANEL)
+/// The k-quants' prefill path (AVX-512 VNNI, at least
+/// quant::kpanel_min_tokens<B> tokens): 16-row panels packed once per call (quant/kquant_panels.hpp)
+/// against groups of 8 tokens, blocked by packed_panel_tiles. A token's
+/// outputs do not depend on the other tokens of the call.
+template <class B>
+inline void kquant_panels(const std::byte* base, std::size_t row_bytes, std::size_t rows, const quant::block_q8_K* a,
+                          std::size_t nb, std::size_t n_tokens, float* y, thread_pool* pool) {
+  namespace kp = quant::detail::kp;
+  const std::size_t n_panels = (rows + kp::panel_rows - 1) / kp::panel_rows;
+  auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
+  packed_panel_tiles<kp::kpanel_block>(
+      n_panels, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, n_tokens * rows * nb * quant::qk_k, pool,
+      [&](std::size_t p, kp::kpanel_block* dst) {
+        kp::pack_kpanel<B>(base + p * kp::panel_rows * row_bytes, row_bytes, panel_rows(p), nb, dst);
+      },
+      [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
+        kp::kpanel_tokens<B>(src, panel_rows(p), a + t0 * nb, nb, nt, y + t0 * rows + p * kp::panel_rows, rows);
+      });
 }
 #endif
 
@@ -156,6 +194,12 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
     const A* a = acts;
     const auto* base = static_cast<const std::byte*>(w.data);
     if constexpr (std::is_same_v<A, quant::block_q8_K>) {
+#if defined(KESTREL_KQUANT_PANEL)
+      if (!reference && n_tokens >= quant::kpanel_min_tokens<B>) {
+        kquant_panels<B>(base, row_bytes, w.rows, a, nb, n_tokens, y, pool);
+        return;
+      }
+#endif
       if (!reference) {
         // Blocked for the caches: a tile of tokens (about 256 KiB of q8_K
         // activations, in L2) meets a tile of rows (about 128 KiB of
