@@ -27,7 +27,9 @@
 //     for T tokens through cpu::matmul against one dot per (row, token)
 //     ("rowwise", the loop before token groups) and against token groups with
 //     each row meeting every token before the next row ("rows_outer", no
-//     cache blocking; legacy types: empty), as GMAC/s.
+//     cache blocking; legacy types: empty), as GMAC/s. With AVX-512 VNNI,
+//     cpu::matmul takes the k-quant prefill panels from
+//     quant::kpanel_min_tokens tokens on (16 or 32; the default T is 64).
 // Every figure is a median of REPEATS runs, the compared variants
 // interleaved within each repeat; the machine is shared, so compare ratios
 // from one run rather than absolute numbers across runs. Note: 2048 x 5632

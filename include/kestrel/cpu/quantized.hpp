@@ -10,15 +10,16 @@
 // tokens take 16-row panels against 8-token groups (legacy_panels below,
 // quant/legacy_tokens.hpp), bit-identical to quant::ref::dot_fused; the two
 // agree within derived rounding bounds, not bit for bit
-// (tests/cpu/test_linear.cpp). For the k-quants with AVX-512 VNNI, calls of
-// at least quant::kpanel_min_tokens<B> tokens (prefill) take 16-row panels
-// packed once per call against 8-token groups (kquant_panels below,
-// quant/kquant_panels.hpp); shorter calls block tokens and rows for the
-// caches and take tokens in groups of quant::vec_dot_group that share each
-// weight block's unpacking, bit-identical to quant::vec_dot alone. A
-// token's outputs depend on how many tokens share its call (which path),
-// never on their values or on the thread count.
-// Without VNNI, quant::dot / vec_dot per (row, token). The fast and
+// (tests/cpu/test_linear.cpp); without VNNI, quant::dot per (row, token).
+// For the k-quants with AVX-512 VNNI, calls of at least
+// quant::kpanel_min_tokens<B> tokens (prefill) take 16-row panels packed
+// once per call against 8-token groups (kquant_panels below,
+// quant/kquant_panels.hpp); shorter calls, and every call without VNNI,
+// block tokens and rows for the caches and take tokens in groups of
+// quant::vec_dot_group that share each weight block's unpacking,
+// bit-identical to quant::vec_dot alone. A token's outputs depend on how
+// many tokens share its call (which path), never on their values or on the
+// thread count. The fast and
 // reference paths differ only in the dot: the SIMD kernels against their
 // scalar twins (quant::ref::dot, quant::ref::vec_dot), which agree to within
 // the float rounding bounds their tests derive.
@@ -176,6 +177,10 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
     using A = typename activation_block<B>::type;
     constexpr std::size_t qk = sizeof(A) == sizeof(quant::block_q8_K) ? 256 : 32;
     const std::size_t cols = w.cols, nb = cols / qk, row_bytes = w.row_bytes();
+    if (nb == 0) {  // empty rows: every dot is 0 (and the tilings below divide by nb)
+      std::fill(y, y + n_tokens * w.rows, 0.0f);
+      return;
+    }
     // Activations quantized once per call; grown, never shrunk (decode
     // reuses the same buffer every step).
     thread_local std::vector<A> act;
@@ -210,7 +215,8 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
         // are 1.3-2x faster than one dot per (row, token); the blocking adds
         // 0-24% (median 6%) over taking each row against every token, at 512
         // tokens x 5632 columns, where a row's sweep over all activations
-        // (3.3 MB) no longer fits L2.
+        // (3.3 MB) no longer fits L2 (measured before the panels above took
+        // such calls on AVX-512 VNNI; it still holds for AVX2 builds).
         const std::size_t g = quant::vec_dot_group;
         const std::size_t t_tile = std::max(g, (256 * 1024 / (nb * sizeof(A))) / g * g);
         const std::size_t r_tile = std::max<std::size_t>(1, 128 * 1024 / row_bytes);

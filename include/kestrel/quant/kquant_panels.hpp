@@ -2,8 +2,8 @@
 // against q8_K activations) for a tile of rows x tokens with AVX-512 VNNI,
 // the kernel of quantized prefill:
 //
-//   kpanel_block<B> blocks[nb];  pack_kpanel(rows, row_bytes, n_rows, nb, blocks);  // once per call
-//   kpanel_tokens(blocks, n_rows, a, nb, n_tokens, out, out_stride);
+//   kpanel_block blocks[nb];  pack_kpanel<B>(rows, row_bytes, n_rows, nb, blocks);  // once per call
+//   kpanel_tokens<B>(blocks, n_rows, a, nb, n_tokens, out, out_stride);
 //   // out[t * out_stride + r] ~ vec_dot(row r, token t), within gamma_(nb + 3) T of exact
 //
 // quant/kquants.hpp's kernel applies each sub-block's scale with vpmaddubsw
@@ -14,10 +14,12 @@
 // with one row per int32 lane, register 8u + g holding codes 32u + 4g ..
 // 32u + 4g + 3 of each row, so a 32-value unit takes 8 vpdpbusd with the
 // token's 4 activation bytes broadcast (512 multiply-adds for 16 rows), no
-// horizontal sums. Each 16-value half of the unit is its own vpdpbusd chain
-// when sub-blocks have 16 values (q2_K, q3_K, q6_K), one chain of 8 when
-// they have 32 (q4_K, q5_K); the chain's int32 sum then meets its sub-block
-// scale in one vpmulld and one vpaddd. Per block and token, the bsum term
+// horizontal sums. Each 16-value half of the unit is its own chain of 4
+// vpdpbusd; with 16-value sub-blocks (q2_K, q3_K, q6_K) each chain's int32
+// sum then meets its sub-block scale in one vpmulld and one vpaddd, with
+// 32-value ones (q4_K, q5_K) the two chains are added first and share one
+// vpmulld (two chains of 4 rather than one of 8: 1.17x, as the latency of
+// a chain, not the throughput, was the limit). Per block and token, the bsum term
 // (the mins, or the scales times the code offset) takes 8 vpdpwssd of int16
 // pairs with the token's bsums (broadcast), and the float scales one
 // convert and one FMA per accumulator.
@@ -26,17 +28,18 @@
 //
 // With codes v (unsigned: the kernel's unpack_codes in kquants.hpp gives
 // them, code offsets o = 4 (q3_K), 32 (q6_K), 0 otherwise), per block:
-//   T    = sum_g sc_g sum_{i in g} v_i a_i                      exact int32
+//   S    = sum_g sc_g sum_{i in g} v_i a_i                      exact int32
 //   C    = sum_k coef_k bsum_k  (coef: mins (q2/q4/q5_K) per 16 values, or scales (q3/q6_K))
-//   with a min:    acc  = fma(d d8, float(T), acc);  accm = fma(-dmin d8, float(C), accm)
-//   without one:   acc  = fma(d d8, float(T - o C), acc)
+//   with a min:    acc  = fma(d d8, float(S), acc);  accm = fma(-dmin d8, float(C), accm)
+//   without one:   acc  = fma(d d8, float(S - o C), acc)
 // and the result is acc + accm (or acc). The integers are kquants.hpp's (its
 // header bounds them below 2^31; a chain's partial sums are smaller still),
 // computed in a different order but exactly, so the only roundings are
-// float(T) (1), d d8 (1), the FMA chain over nb blocks (nb) and the final
+// float(S) (1), d d8 (1), the FMA chain over nb blocks (nb) and the final
 // addition (1): every term passes at most nb + 3 roundings, |result - exact|
-// <= gamma_(nb + 3) T, inside the gamma_(2 nb + 6) T that vec_dot is held to
-// (tests/quant/test_kquants_simd.cpp). A token's arithmetic is the same
+// <= gamma_(nb + 3) T with T the sum of the terms' magnitudes, inside the
+// gamma_(2 nb + 6) T that vec_dot is held to (both derived in
+// tests/quant/test_kquants_simd.cpp). A token's arithmetic is the same
 // instruction sequence for every group size, row count and tiling, so its
 // outputs do not depend on the tokens beside it; they are not bit-identical
 // to vec_dot's (8 float lanes per row), only within both bounds of it.

@@ -29,14 +29,18 @@
 // A weight block is first unpacked into registers (unpack_codes: codes v,
 // scale vectors, bsum coefficients), then meets one or more tokens'
 // activation blocks (dot_tokens<Isa, NT>): unpacking is the larger part of
-// the work, so prefill shares it across a group of tokens (vec_dot_tokens:
-// about half the time per token and block, data in L1). Each token's
-// arithmetic is the same for every NT, so decode and prefill agree bit for
-// bit.
+// the work, so short prompts share it across a group of tokens
+// (vec_dot_tokens: about half the time per token and block, data in L1).
+// Each token's arithmetic is the same for every NT, so a token's result is
+// the same alone or in a group. With AVX-512 VNNI, longer prompts
+// (quant::kpanel_min_tokens) take quant/kquant_panels.hpp instead.
 //
-// Why not vpdpbusd: it sums 4 products into int32 directly, but the
+// Why not vpdpbusd here: it sums 4 products into int32 directly, but the
 // sub-block scale then needs a 32-bit multiply per lane; vpmaddubsw +
-// vpdpwssd applies the scale in the same two instructions.
+// vpdpwssd applies the scale in the same two instructions. That holds for
+// one row against one token; kquant_panels.hpp lays 16 rows across the
+// lanes, where one vpmulld serves 8 vpdpbusd (4 with 16-value sub-blocks)
+// for 16 rows and vpdpbusd wins (about 2x per token in prefill).
 //
 // Integer bounds (a_i in [-128, 127]; q8_K's quantize_row gives |a_i| <=
 // 127, ggml's may give -128):
@@ -320,7 +324,8 @@ inline float vec_dot(const B* w, const block_q8_K* a, std::size_t n) {
 /// One weight row against several tokens: out[t * out_stride] =
 /// vec_dot(w, a + t * n / 256, n) for t < n_tokens, bit for bit, with each
 /// weight block unpacked once per group of up to vec_dot_group tokens
-/// (prefill's inner loop). Measured on Zen 4 (one thread, data in L1), time
+/// (the inner loop of prompts shorter than kpanel_min_tokens, or of every
+/// prompt without AVX-512 VNNI). Measured on Zen 4 (one thread, data in L1), time
 /// per token and block relative to one token at a time: groups of 4 0.48-0.58,
 /// of 8 0.40-0.53; 8 needs AVX-512's 32 vector registers (the 16 of AVX2
 /// spill more), so AVX2 builds take 4.
