@@ -49,6 +49,10 @@ struct attend_block_args {
   std::size_t out_stride = 0;
   std::size_t nq = 0, group = 1, head_dim = 0, pos0 = 0, window = 0;
   float scale = 1.0f;
+  /// Optional: attend_block_scratch_size(*this) floats from the caller
+  /// (decode sizes them once, for the whole context); null: the backend's
+  /// own (prefill).
+  float* scratch = nullptr;
 };
 
 /// The first key position a query at position pos attends: pos + 1 - window

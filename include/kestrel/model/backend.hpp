@@ -51,9 +51,10 @@ class cpu_backend {
   }
   /// Optional: attention of a block of queries x the query heads of one KV
   /// head (cpu/attend_block.hpp), called from inside parallel_for. Its
-  /// scratch is per thread and grow-only: allocated by the first calls of a
-  /// prompt, then reused.
+  /// scratch is the caller's (a.scratch) or per thread and grow-only:
+  /// allocated by the first calls of a prompt, then reused.
   void attend_block(const cpu::attend_block_args& a) {
+    if (a.scratch) return cpu::attend_block(a, a.scratch);
     thread_local aligned_buffer<float> scratch;
     const std::size_t need = cpu::attend_block_scratch_size(a);
     if (scratch.size() < need) scratch = aligned_buffer<float>(need);

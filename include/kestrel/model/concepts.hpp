@@ -23,10 +23,11 @@
 // each, bit-identical to the unfused calls (fallback: one matvec per matrix):
 //   b.matvec_fused(jobs, x)              y_j = W_j x for a span of cpu::matvec_job {&w, y}
 //   b.matvec_swiglu(gate, up, x, h, s)   h = silu(gate x) * (up x); s: (rows) scratch
-// Prefill attention of a block of consecutive queries x the query heads of
-// one KV head, each row within attend()'s tolerance of attend of that query
-// (fallback: attend per (token, head)); called from inside parallel_for, so
-// it must be safe on several threads at once:
+// Attention of a block of consecutive queries x the query heads of one KV
+// head (prefill; decode with grouped-query attention, one query), each row
+// within attend()'s tolerance of attend of that query (fallback: attend
+// per (token, head)); called from inside parallel_for, so it must be safe
+// on several threads at once; args.scratch, when set, is the caller's:
 //   b.attend_block(args)                 cpu::attend_block_args (cpu/attend_block.hpp)
 //
 // Semantics: every operation has the meaning of its scalar twin in

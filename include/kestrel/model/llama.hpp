@@ -72,7 +72,8 @@ class llama_model {
                              " model");
     rope_ = cpu::rope_spec{hp_.n_rot, hp_.rope_theta, hp_.rope_mode, hp_.rope_freq_scale, w_.rope_freqs};
     grow_scratch(1);  // decode's scratch: decode allocates nothing
-    scores_ = aligned_buffer<float>(cfg_.n_head() * n_ctx_);
+    scores_ = aligned_buffer<float>(blocks_in_decode() ? cfg_.n_head_kv() * decode_block_scratch()
+                                                       : cfg_.n_head() * n_ctx_);
     logits_ = aligned_buffer<float>(cfg_.n_vocab());
   }
 
@@ -179,10 +180,33 @@ class llama_model {
   /// (model/concepts.hpp); without it prefill calls attend per (token, head).
   static constexpr bool attends_blocks = requires(B& b, const cpu::attend_block_args& a) { b.attend_block(a); };
 
+  /// Whether decode's attention runs per KV head through attend_block: with
+  /// grouped-query attention (group > 1) one task reads each cached key and
+  /// value once for the group's query heads, where attend reads them once
+  /// per head. Measured (one thread, head_dim 64, 2000 cached tokens, one
+  /// query): groups 2-8 1.7-2.2x faster than attend per head; for group 1
+  /// it was not faster, so attend stays. End to end, TinyLlama q4_0 (group
+  /// 8), 2 threads, decode at 2000-2032 cached tokens: 37.5 -> 34.9 ms per
+  /// token.
+  bool blocks_in_decode() const noexcept {
+    if constexpr (attends_blocks) return cfg_.n_head() / cfg_.n_head_kv() > 1;
+    return false;
+  }
+  /// One decode task's attend_block scratch at a full context, floats.
+  std::size_t decode_block_scratch() const noexcept {
+    cpu::attend_block_args a;
+    a.nq = 1;
+    a.group = cfg_.n_head() / cfg_.n_head_kv();
+    a.head_dim = hp_.head_dim();
+    a.pos0 = n_ctx_ ? n_ctx_ - 1 : 0;  // every key of the context (a window only shortens it)
+    return cpu::attend_block_scratch_size(a);
+  }
+
   /// Attention of n tokens (queries Q, (n, n_embd)) at positions pos0.. over
   /// the cache, which already holds their keys and values; head h reads KV
   /// head h / (n_head / n_head_kv) (grouped-query attention). Decode runs
-  /// over heads with the model's scores scratch; prefill over (KV head,
+  /// over KV heads through attend_block (blocks_in_decode) or over heads
+  /// through attend, with the model's scores_ scratch; prefill over (KV head,
   /// block of queries) tasks when the backend has attend_block, else over
   /// (token, head) pairs, each worker with its own scratch.
   template <phase P>
@@ -200,6 +224,29 @@ class llama_model {
     const std::size_t span = hp_.sliding_window ? std::min(hp_.sliding_window, pos0 + n) : pos0 + n;
     if constexpr (P == phase::decode) {
       float* scores = scores_.data();
+      if constexpr (attends_blocks) {
+        if (blocks_in_decode()) {
+          const std::size_t per_task = decode_block_scratch();
+          backend_.parallel_for(cfg_.n_head_kv(), [&](std::size_t begin, std::size_t end) {
+            for (std::size_t kvh = begin; kvh < end; ++kvh)
+              backend_.attend_block({.q = Q + kvh * group * head_dim,
+                                     .q_stride = n_embd,
+                                     .k = keys.base + kvh * head_dim,
+                                     .v = values.base + kvh * head_dim,
+                                     .kv_stride = keys.stride,
+                                     .out = OUT + kvh * group * head_dim,
+                                     .out_stride = n_embd,
+                                     .nq = 1,
+                                     .group = group,
+                                     .head_dim = head_dim,
+                                     .pos0 = pos0,
+                                     .window = hp_.sliding_window,
+                                     .scale = scale,
+                                     .scratch = scores + kvh * per_task});
+          }, 2 * n_head * span * head_dim);
+          return;
+        }
+      }
       backend_.parallel_for(n_head, [&](std::size_t begin, std::size_t end) {
         for (std::size_t h = begin; h < end; ++h) one(0, h, scores + h * n_ctx_);
       }, 2 * n_head * span * head_dim);
@@ -361,7 +408,7 @@ class llama_model {
   // largest chunk seen
   aligned_buffer<float> px_, pxb_, pq_, pk_, pv_, patt_;  // (n, n_embd) / (n, kv_dim)
   aligned_buffer<float> ph_, ph2_;                        // (n, n_ff)
-  aligned_buffer<float> scores_;                          // (n_head, n_ctx), decode's attention
+  aligned_buffer<float> scores_;  // decode's attention: (n_head, n_ctx), or n_head_kv x decode_block_scratch()
   aligned_buffer<float> logits_;                          // (n_vocab)
   aligned_buffer<float> all_logits_;                      // (n, n_vocab)
 };
