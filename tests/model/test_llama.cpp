@@ -124,6 +124,36 @@ TEST_CASE("KV cache: decode after prefill(p) equals the last logits of prefill(p
   }
 }
 
+TEST_CASE("decode attention per KV head: multi-query and grouped heads, split across tasks, == scalar twins") {
+  // Decode runs grouped-query attention through attend_block, a KV head's
+  // query heads in slices when there are fewer than 4 KV heads (6 heads on
+  // 1: slices of 2, 2, 2 and an empty task; 5 on 1: 2, 2, 1; 12 on 3: two
+  // slices of 2 per KV head); one head per KV head keeps attend.
+  struct shape { std::size_t n_head, n_head_kv; };
+  for (auto [n_head, n_head_kv] : {shape{6, 1}, shape{12, 3}, shape{5, 1}, shape{4, 4}}) {
+    CAPTURE(n_head);
+    CAPTURE(n_head_kv);
+    auto hp = test::random_llama_shape();
+    hp.n_head = n_head;
+    hp.n_head_kv = n_head_kv;
+    hp.n_embd = 32 * n_head;  // head_dim 32 = n_rot
+    const auto w = test::random_llama(hp, dtype::f32, 11);
+    llama_model<> model(w, 64, cpu_backend(2));
+    check_decode_matches_prefill(model, hp);
+    llama_model<dynamic_llama_config, cpu_ref_backend> ref(w, 64, cpu_ref_backend());
+    const auto seq = some_tokens(30, hp.n_vocab);
+    model.reset();
+    model.prefill(std::span(seq.data(), 3));
+    ref.prefill(std::span(seq.data(), 3));
+    for (std::size_t i = 3; i < seq.size(); ++i) {
+      const auto got = model.decode(seq[i]);
+      const std::vector<float> g(got.begin(), got.end());
+      const auto want = ref.decode(seq[i]);
+      CHECK(nmse(g, want) <= nmse_bound(hp, i + 1));
+    }
+  }
+}
+
 TEST_CASE("a random model large enough for threads: any thread count, f32/f16/bf16, decode == prefill") {
   const auto hp = test::random_llama_shape();
   for (dtype type : {dtype::f32, dtype::f16, dtype::bf16}) {

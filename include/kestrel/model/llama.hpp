@@ -72,7 +72,7 @@ class llama_model {
                              " model");
     rope_ = cpu::rope_spec{hp_.n_rot, hp_.rope_theta, hp_.rope_mode, hp_.rope_freq_scale, w_.rope_freqs};
     grow_scratch(1);  // decode's scratch: decode allocates nothing
-    scores_ = aligned_buffer<float>(blocks_in_decode() ? cfg_.n_head_kv() * decode_block_scratch()
+    scores_ = aligned_buffer<float>(blocks_in_decode() ? cfg_.n_head_kv() * decode_parts() * decode_block_scratch()
                                                        : cfg_.n_head() * n_ctx_);
     logits_ = aligned_buffer<float>(cfg_.n_vocab());
   }
@@ -192,11 +192,19 @@ class llama_model {
     if constexpr (attends_blocks) return cfg_.n_head() / cfg_.n_head_kv() > 1;
     return false;
   }
+  /// Decode's attend_block tasks: each KV head's query heads in `parts`
+  /// slices, so that a model with fewer than 4 KV heads (multi-query
+  /// attention has 1) still gives every thread of a small pool work.
+  std::size_t decode_parts() const noexcept {
+    const std::size_t n_head_kv = cfg_.n_head_kv(), group = cfg_.n_head() / n_head_kv;
+    return std::min(group, (4 + n_head_kv - 1) / n_head_kv);
+  }
   /// One decode task's attend_block scratch at a full context, floats.
   std::size_t decode_block_scratch() const noexcept {
     cpu::attend_block_args a;
     a.nq = 1;
-    a.group = cfg_.n_head() / cfg_.n_head_kv();
+    const std::size_t group = cfg_.n_head() / cfg_.n_head_kv(), parts = decode_parts();
+    a.group = (group + parts - 1) / parts;
     a.head_dim = hp_.head_dim();
     a.pos0 = n_ctx_ ? n_ctx_ - 1 : 0;  // every key of the context (a window only shortens it)
     return cpu::attend_block_scratch_size(a);
@@ -226,23 +234,28 @@ class llama_model {
       float* scores = scores_.data();
       if constexpr (attends_blocks) {
         if (blocks_in_decode()) {
-          const std::size_t per_task = decode_block_scratch();
-          backend_.parallel_for(cfg_.n_head_kv(), [&](std::size_t begin, std::size_t end) {
-            for (std::size_t kvh = begin; kvh < end; ++kvh)
-              backend_.attend_block({.q = Q + kvh * group * head_dim,
+          const std::size_t per_task = decode_block_scratch(), parts = decode_parts();
+          const std::size_t slice = (group + parts - 1) / parts;
+          backend_.parallel_for(cfg_.n_head_kv() * parts, [&](std::size_t begin, std::size_t end) {
+            for (std::size_t task = begin; task < end; ++task) {
+              const std::size_t kvh = task / parts, g0 = task % parts * slice;
+              if (g0 >= group) continue;
+              const std::size_t h0 = kvh * group + g0;  // first query head of the slice
+              backend_.attend_block({.q = Q + h0 * head_dim,
                                      .q_stride = n_embd,
                                      .k = keys.base + kvh * head_dim,
                                      .v = values.base + kvh * head_dim,
                                      .kv_stride = keys.stride,
-                                     .out = OUT + kvh * group * head_dim,
+                                     .out = OUT + h0 * head_dim,
                                      .out_stride = n_embd,
                                      .nq = 1,
-                                     .group = group,
+                                     .group = std::min(slice, group - g0),
                                      .head_dim = head_dim,
                                      .pos0 = pos0,
                                      .window = hp_.sliding_window,
                                      .scale = scale,
-                                     .scratch = scores + kvh * per_task});
+                                     .scratch = scores + task * per_task});
+            }
           }, 2 * n_head * span * head_dim);
           return;
         }
@@ -408,7 +421,7 @@ class llama_model {
   // largest chunk seen
   aligned_buffer<float> px_, pxb_, pq_, pk_, pv_, patt_;  // (n, n_embd) / (n, kv_dim)
   aligned_buffer<float> ph_, ph2_;                        // (n, n_ff)
-  aligned_buffer<float> scores_;  // decode's attention: (n_head, n_ctx), or n_head_kv x decode_block_scratch()
+  aligned_buffer<float> scores_;  // decode's attention: (n_head, n_ctx), or one decode_block_scratch() per task
   aligned_buffer<float> logits_;                          // (n_vocab)
   aligned_buffer<float> all_logits_;                      // (n, n_vocab)
 };
