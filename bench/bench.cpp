@@ -4,16 +4,20 @@
 // the same process, each test's bound (tokens/s the hardware allows) and
 // bound ratio, and the peak RSS against file size + KV cache.
 //
-//   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-r 5] [-o md|json|jsonl] [--no-warmup]
+//   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-d 0,2048] [-r 5] [-o md|json|jsonl] [--no-warmup]
 //
 // The tests are llama-bench's: pp<P> prefills P tokens (the first BOS when
 // the vocabulary adds one, the rest random) into an empty cache; tg<N>
 // decodes N tokens one at a time from an empty cache, the first BOS, the
-// others random (no sampling, as llama-bench). A warm-up run (the full
-// prompt for pp, one token for tg) precedes the r timed repetitions.
+// others random (no sampling, as llama-bench). With -d D (newer
+// llama-bench's --n-depth) each repetition first fills the cache with D
+// random tokens, untimed, so the test runs at depth D ("pp512 @ d2048";
+// JSON field n_depth). A warm-up run (the full prompt for pp, one token
+// for tg) precedes the r timed repetitions.
 //
 // Bounds: decode reads every weight matrix once per token (the embedding
-// row is negligible), so tg's bound is read bandwidth / those bytes. Prefill
+// row is negligible) and the KV cache up to its position, so tg's bound is
+// read bandwidth / those bytes (the cache's at the test's mean position). Prefill
 // does 2 ops per weight per token (the output matrix only for the last
 // token; attention not counted), so pp's bound is peak / ops per token, with
 // the int8 peak (vpdpbusd) for quantized files and the f32 FMA peak for
@@ -56,6 +60,7 @@ const char* usage =
     "  -t, --threads N,...     thread counts (default: all hardware threads)\n"
     "  -p, --n-prompt N,...    prompt tokens of the pp tests; 0 skips (default: 512)\n"
     "  -n, --n-gen N,...       generated tokens of the tg tests; 0 skips (default: 128)\n"
+    "  -d, --n-depth N,...     tokens already in the KV cache when a test starts (default: 0)\n"
     "  -r, --repetitions N     timed repetitions per test (default: 5)\n"
     "  -o, --output md|json|jsonl  (default: md)\n"
     "  --no-warmup             skip the warm-up run\n";
@@ -348,7 +353,7 @@ std::string utc_now() {
 struct result {
   std::string model_filename;
   model_facts facts;
-  std::size_t n_threads = 0, n_prompt = 0, n_gen = 0;
+  std::size_t n_threads = 0, n_prompt = 0, n_gen = 0, n_depth = 0;
   std::string test_time;
   std::vector<std::uint64_t> samples_ns;
   std::vector<double> samples_ts;
@@ -407,7 +412,8 @@ struct printer {
                     "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
         md_header = true;
       }
-      const std::string test = r.n_prompt ? "pp" + std::to_string(r.n_prompt) : "tg" + std::to_string(r.n_gen);
+      const std::string test = (r.n_prompt ? "pp" + std::to_string(r.n_prompt) : "tg" + std::to_string(r.n_gen)) +
+                               (r.n_depth ? " @ d" + std::to_string(r.n_depth) : "");
       std::printf("| %s | %.2f MiB | %.2f M | %zu | %s | %.2f ± %.2f | %.2f | %.3f | %.1f MiB | %.1f MiB |\n",
                   r.facts.type.c_str(), static_cast<double>(r.facts.size) / (1 << 20),
                   static_cast<double>(r.facts.n_params) / 1e6, r.n_threads, test.c_str(), avg_ts, sd_ts, r.bound_ts,
@@ -421,13 +427,14 @@ struct printer {
     std::snprintf(
         buf, sizeof buf,
         "\"build_commit\": \"%s\", \"model_filename\": %s, \"model_type\": %s, \"model_size\": %llu, "
-        "\"model_n_params\": %llu, \"n_threads\": %zu, \"n_prompt\": %zu, \"n_gen\": %zu, \"test_time\": \"%s\", "
+        "\"model_n_params\": %llu, \"n_threads\": %zu, \"n_prompt\": %zu, \"n_gen\": %zu, \"n_depth\": %zu, "
+        "\"test_time\": \"%s\", "
         "\"avg_ns\": %.0f, \"stddev_ns\": %.0f, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"bound_ts\": %.6f, "
         "\"bound_ratio\": %.4f, \"peak_rss_bytes\": %llu, \"file_size\": %llu, \"kv_cache_bytes\": %llu, "
         "\"decode_bytes_per_token\": %llu, ",
         commit.c_str(), json_string(r.model_filename).c_str(), json_string(r.facts.type).c_str(),
         static_cast<unsigned long long>(r.facts.size), static_cast<unsigned long long>(r.facts.n_params), r.n_threads,
-        r.n_prompt, r.n_gen, r.test_time.c_str(), std::floor(mean(ns)), std::floor(stddev(ns)), avg_ts, sd_ts,
+        r.n_prompt, r.n_gen, r.n_depth, r.test_time.c_str(), std::floor(mean(ns)), std::floor(stddev(ns)), avg_ts, sd_ts,
         r.bound_ts, ratio, static_cast<unsigned long long>(r.peak_rss),
         static_cast<unsigned long long>(r.facts.file_size), static_cast<unsigned long long>(r.kv_bytes),
         static_cast<unsigned long long>(r.facts.decode_bytes));
@@ -445,7 +452,7 @@ struct printer {
 int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::vector<long> threads{static_cast<long>(std::max(1u, std::thread::hardware_concurrency()))};
-  std::vector<long> prompts{512}, gens{128};
+  std::vector<long> prompts{512}, gens{128}, depths{0};
   long reps = 5;
   bool warmup = true;
   std::string format = "md";
@@ -464,6 +471,7 @@ int main(int argc, char** argv) {
     } else if (a == "-t" || a == "--threads") threads = numbers(a, value(), 1);
     else if (a == "-p" || a == "--n-prompt") prompts = numbers(a, value(), 0);
     else if (a == "-n" || a == "--n-gen") gens = numbers(a, value(), 0);
+    else if (a == "-d" || a == "--n-depth") depths = numbers(a, value(), 0);
     else if (a == "-r" || a == "--repetitions") reps = kestrel::cli::parse_number<long>(a, value());
     else if (a == "-o" || a == "--output") format = std::string(value());
     else if (a == "--no-warmup") warmup = false;
@@ -499,41 +507,54 @@ int main(int argc, char** argv) {
       for (std::size_t ti = 0; ti < threads.size(); ++ti) {
         const std::size_t n_threads = static_cast<std::size_t>(threads[ti]);
         const auto& [bw, peak] = probes[ti];
-        std::vector<std::pair<std::size_t, std::size_t>> tests;
-        for (long p : prompts)
-          if (p > 0) tests.emplace_back(static_cast<std::size_t>(p), 0);
-        for (long n : gens)
-          if (n > 0) tests.emplace_back(0, static_cast<std::size_t>(n));
-        for (const auto& [n_prompt, n_gen] : tests) {
+        struct test_shape { std::size_t n_prompt, n_gen, n_depth; };
+        std::vector<test_shape> tests;
+        for (long d : depths) {
+          for (long p : prompts)
+            if (p > 0) tests.push_back({static_cast<std::size_t>(p), 0, static_cast<std::size_t>(d)});
+          for (long n : gens)
+            if (n > 0) tests.push_back({0, static_cast<std::size_t>(n), static_cast<std::size_t>(d)});
+        }
+        for (const auto& [n_prompt, n_gen, n_depth] : tests) {
           result r;
           r.model_filename = path;
           r.facts = facts;
           r.n_threads = n_threads;
           r.n_prompt = n_prompt;
           r.n_gen = n_gen;
+          r.n_depth = n_depth;
           r.test_time = utc_now();
-          const std::size_t n_ctx = n_prompt + n_gen;
-          r.kv_bytes = 2ull * hp.n_layer * n_ctx * hp.kv_dim() * sizeof(float);
+          const std::size_t n_ctx = n_depth + n_prompt + n_gen;
+          const std::uint64_t kv_bytes_per_pos = 2ull * hp.n_layer * hp.kv_dim() * sizeof(float);
+          r.kv_bytes = kv_bytes_per_pos * n_ctx;
           reset_peak_rss();
           kestrel::llama_model<> model(file.weights, n_ctx, kestrel::cpu_backend(n_threads));
-          std::vector<kestrel::token_id> prompt(n_prompt);
+          // The first token of an empty cache is BOS where the vocabulary adds one.
+          auto first_token = [&] { return add_bos && model.n_past() == 0 ? bos : random_token(); };
+          std::vector<kestrel::token_id> depth(n_depth), prompt(n_prompt);
+          auto fill_depth = [&] {  // untimed: the cache at depth n_depth
+            model.reset();
+            for (std::size_t i = 0; i < n_depth; ++i) depth[i] = i == 0 ? first_token() : random_token();
+            if (n_depth) model.prefill(depth);
+          };
           auto run_prompt = [&] {
-            for (std::size_t i = 0; i < n_prompt; ++i) prompt[i] = i == 0 && add_bos ? bos : random_token();
+            for (std::size_t i = 0; i < n_prompt; ++i) prompt[i] = i == 0 ? first_token() : random_token();
             model.prefill(prompt);
           };
           auto run_gen = [&](std::size_t n) {
-            kestrel::token_id t = add_bos ? bos : random_token();
+            kestrel::token_id t = first_token();
             for (std::size_t i = 0; i < n; ++i) {
               model.decode(t);
               t = random_token();
             }
           };
           if (warmup) {
+            fill_depth();
             if (n_prompt) run_prompt();
             if (n_gen) run_gen(1);
           }
           for (long rep = 0; rep < reps; ++rep) {
-            model.reset();
+            fill_depth();
             const std::uint64_t t0 = now_ns();
             if (n_prompt) run_prompt();
             if (n_gen) run_gen(n_gen);
@@ -548,7 +569,10 @@ int main(int argc, char** argv) {
             const double peak_ops = (facts.quantized ? peak.int8_gops : peak.f32_gflops) * 1e9;
             r.bound_ts = peak_ops / ops_per_token;
           } else {
-            r.bound_ts = bw.gbps * 1e9 / static_cast<double>(facts.decode_bytes);
+            // decoding position n_depth + i reads the cache's n_depth + i + 1 positions: their mean
+            const double kv_read = static_cast<double>(kv_bytes_per_pos) * (static_cast<double>(n_depth) +
+                                                                             static_cast<double>(n_gen + 1) / 2);
+            r.bound_ts = bw.gbps * 1e9 / (static_cast<double>(facts.decode_bytes) + kv_read);
           }
           out.test(r);
         }

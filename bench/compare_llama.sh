@@ -8,13 +8,13 @@
 # only ratios measured within one run mean anything.
 #
 #   bench/compare_llama.sh MODEL... [--llama-bench PATH] [--kestrel-bench PATH]
-#                          [-t 2] [-r 3] [-p 512] [-n 128] [--rounds 2] [--out DIR]
+#                          [-t 2] [-r 3] [-p 512] [-n 128] [-d DEPTH] [--rounds 2] [--out DIR]
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 llama_bench=/tmp/llama.cpp/build/bin/llama-bench
 kestrel_bench=""
-threads=2 reps=3 n_prompt=512 n_gen=128 rounds=2 out=""
+threads=2 reps=3 n_prompt=512 n_gen=128 depth="" rounds=2 out=""
 models=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,6 +24,7 @@ while [ $# -gt 0 ]; do
     -r) reps=$2; shift 2 ;;
     -p) n_prompt=$2; shift 2 ;;
     -n) n_gen=$2; shift 2 ;;
+    -d) depth=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     -h|--help) sed -n 2,12p "$0"; exit 0 ;;
@@ -45,6 +46,7 @@ mkdir -p "$out"
 : > "$out/llama.jsonl"
 
 flags=(-t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o jsonl)
+[ -z "$depth" ] || flags+=(-d "$depth")  # needs a llama-bench with --n-depth (mid-2025 or later)
 echo "# $(date -u +%FT%TZ) load: $(cut -d' ' -f1-3 /proc/loadavg); results in $out" >&2
 for m in "${models[@]}"; do
   for ((i = 1; i <= rounds; i++)); do

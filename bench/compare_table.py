@@ -32,6 +32,8 @@ def main():
 
     def key(r):
         test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+        if r.get("n_depth"):
+            test += f" @ d{r['n_depth']}"
         return (os.path.basename(r["model_filename"]), test)
 
     for r in kestrel:
