@@ -167,41 +167,66 @@ TEST_CASE("kquants simd: every kernel == scalar twin, random and extreme blocks"
   check_type<q::block_q6_K>("q6_K", 105);
 }
 
+namespace {
+
+/// The integer bounds' extremes: every code byte `fill`, every scale (and
+/// min) byte `scale_fill`, d = 1 and dmin = 0.5; activations all `act`.
+struct extreme_case {
+  std::uint8_t fill, scale_fill;
+  std::int8_t act;
+};
+template <class B>
+std::vector<B> extreme_blocks(std::size_t nb, const extreme_case& e) {
+  std::vector<B> w(nb);
+  for (auto& b : w) {
+    std::memset(&b, e.fill, sizeof b);
+    std::memset(b.scales, e.scale_fill, sizeof b.scales);
+    b.d = kestrel::to_f16(1.0f);
+    if constexpr (requires { b.dmin; }) b.dmin = kestrel::to_f16(0.5f);
+  }
+  return w;
+}
+std::vector<q::block_q8_K> extreme_acts(std::size_t nb, std::int8_t act) {
+  std::vector<q::block_q8_K> a(nb);
+  for (auto& b : a) {
+    std::memset(b.qs, static_cast<std::uint8_t>(act), sizeof b.qs);
+    for (auto& s : b.bsums) s = static_cast<std::int16_t>(16 * act);
+    b.d = 1.0f;
+  }
+  return a;
+}
+/// check.template operator()<B>(name, e) for every type and extreme case.
+template <class F>
+void for_each_extreme(F&& check) {
+  for (std::uint8_t fill : {0x00, 0xff})
+    for (std::uint8_t scale_fill : {0x00, 0xff, 0x80, 0x7f})
+      for (std::int8_t act : {-128, 127}) {
+        const extreme_case e{fill, scale_fill, act};
+        INFO("fill " << int(fill) << " scales " << int(scale_fill) << " act " << int(act));
+        check.template operator()<q::block_q2_K>("q2_K", e);
+        check.template operator()<q::block_q3_K>("q3_K", e);
+        check.template operator()<q::block_q4_K>("q4_K", e);
+        check.template operator()<q::block_q5_K>("q5_K", e);
+        check.template operator()<q::block_q6_K>("q6_K", e);
+      }
+}
+
+}  // namespace
+
 TEST_CASE("kquants simd: the largest integer sums (no int16 saturation, no int32 overflow)") {
   // Every code at its smallest or largest, every scale (and min) byte at an
   // extreme, activations all -128 or 127: the bounds in kquants.hpp's header
   // at or near equality (q6_K: codes 63 or 0 with scale -128).
-  auto run = [&]<class B>(const char* name, std::uint8_t fill, std::uint8_t scale_fill, std::int8_t act) {
-    std::vector<B> w(16);
-    for (auto& b : w) {
-      std::memset(&b, fill, sizeof b);
-      std::memset(b.scales, scale_fill, sizeof b.scales);
-      b.d = kestrel::to_f16(1.0f);
-      if constexpr (requires { b.dmin; }) b.dmin = kestrel::to_f16(0.5f);
-    }
-    std::vector<q::block_q8_K> a(16);
-    for (auto& b : a) {
-      std::memset(b.qs, static_cast<std::uint8_t>(act), sizeof b.qs);
-      for (auto& s : b.bsums) s = static_cast<std::int16_t>(16 * act);
-      b.d = 1.0f;
-    }
+  for_each_extreme([&]<class B>(const char* name, const extreme_case& e) {
+    const auto w = extreme_blocks<B>(16, e);
+    const auto a = extreme_acts(16, e.act);
     const std::size_t n = 16 * q::qk_k;
     const exact_dot x = exact(w.data(), a.data(), 16);
     const float got = q::vec_dot(w.data(), a.data(), n), want = q::ref::vec_dot(w.data(), a.data(), n);
-    INFO(name << " fill " << int(fill) << " scales " << int(scale_fill) << " act " << int(act) << ": exact " << x.value
-              << " simd " << got << " ref " << want);
+    INFO(name << ": exact " << x.value << " simd " << got << " ref " << want);
     CHECK(std::fabs(got - x.value) <= gamma_n(2 * 16 + 6) * x.magnitude);
     CHECK(std::fabs(want - x.value) <= gamma_n(16 + 20) * x.magnitude);
-  };
-  for (std::uint8_t fill : {0x00, 0xff})
-    for (std::uint8_t scale_fill : {0x00, 0xff, 0x80, 0x7f})
-      for (std::int8_t act : {-128, 127}) {
-        run.operator()<q::block_q2_K>("q2_K", fill, scale_fill, act);
-        run.operator()<q::block_q3_K>("q3_K", fill, scale_fill, act);
-        run.operator()<q::block_q4_K>("q4_K", fill, scale_fill, act);
-        run.operator()<q::block_q5_K>("q5_K", fill, scale_fill, act);
-        run.operator()<q::block_q6_K>("q6_K", fill, scale_fill, act);
-      }
+  });
 }
 
 TEST_CASE("kquants simd: vec_dot_tokens == vec_dot per token, bit for bit") {
@@ -309,34 +334,13 @@ TEST_CASE("kquant panels (prefill): every row and token within the derived bound
 
 TEST_CASE("kquant panels (prefill): the largest integer sums") {
   // As above for vec_dot: every code, scale and activation at an extreme.
-  auto run = [&]<class B>(const char* name, std::uint8_t fill, std::uint8_t scale_fill, std::int8_t act) {
-    std::vector<B> w(4);
-    for (auto& b : w) {
-      std::memset(&b, fill, sizeof b);
-      std::memset(b.scales, scale_fill, sizeof b.scales);
-      b.d = kestrel::to_f16(1.0f);
-      if constexpr (requires { b.dmin; }) b.dmin = kestrel::to_f16(0.5f);
-    }
-    std::vector<q::block_q8_K> a(4);
-    for (auto& b : a) {
-      std::memset(b.qs, static_cast<std::uint8_t>(act), sizeof b.qs);
-      for (auto& s : b.bsums) s = static_cast<std::int16_t>(16 * act);
-      b.d = 1.0f;
-    }
+  for_each_extreme([&]<class B>(const char* name, const extreme_case& e) {
+    const auto w = extreme_blocks<B>(4, e);
+    const auto a = extreme_acts(4, e.act);
     const exact_dot x = exact(w.data(), a.data(), 4);
     const float got = panel_dots(w, 1, a.data(), 1, 4)[0];
-    INFO(name << " fill " << int(fill) << " scales " << int(scale_fill) << " act " << int(act) << ": exact " << x.value
-              << " panel " << got);
+    INFO(name << ": exact " << x.value << " panel " << got);
     CHECK(std::fabs(got - x.value) <= gamma_n(4 + 3) * x.magnitude);
-  };
-  for (std::uint8_t fill : {0x00, 0xff})
-    for (std::uint8_t scale_fill : {0x00, 0xff, 0x80, 0x7f})
-      for (std::int8_t act : {-128, 127}) {
-        run.operator()<q::block_q2_K>("q2_K", fill, scale_fill, act);
-        run.operator()<q::block_q3_K>("q3_K", fill, scale_fill, act);
-        run.operator()<q::block_q4_K>("q4_K", fill, scale_fill, act);
-        run.operator()<q::block_q5_K>("q5_K", fill, scale_fill, act);
-        run.operator()<q::block_q6_K>("q6_K", fill, scale_fill, act);
-      }
+  });
 }
 #endif

@@ -55,6 +55,7 @@
 #include <cstring>
 
 #include "kestrel/quant/kquants.hpp"
+#include "kestrel/quant/token_groups.hpp"
 
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #include <immintrin.h>
@@ -210,11 +211,7 @@ inline void kpanel_tokens(const kpanel_block* p, std::size_t n_rows, const block
     panel_group<B, NT>(p, a + t * nb, nb, nb, acc);
     for (std::size_t i = 0; i < NT; ++i) _mm512_mask_storeu_ps(out + (t + i) * out_stride, valid, acc[i]);
   };
-  std::size_t t = 0;
-  for (; t + token_group <= n_tokens; t += token_group) group.template operator()<token_group>(t);
-  if (t + 4 <= n_tokens) { group.template operator()<4>(t); t += 4; }
-  if (t + 2 <= n_tokens) { group.template operator()<2>(t); t += 2; }
-  if (t < n_tokens) group.template operator()<1>(t);
+  for_token_groups<token_group>(n_tokens, group);
 }
 
 }  // namespace detail::kp

@@ -69,6 +69,7 @@
 #include "kestrel/quant/simd.hpp"
 #include "kestrel/quant/kquants_format.hpp"
 #include "kestrel/quant/ref/kquants.hpp"
+#include "kestrel/quant/token_groups.hpp"
 
 namespace kestrel::quant {
 
@@ -345,12 +346,7 @@ inline void vec_dot_tokens(const B* w, const block_q8_K* a, std::size_t n, std::
     detail::kq::dot_tokens<isa, NT>(w, a + t * nb, nb, nb, r);
     for (std::size_t i = 0; i < NT; ++i) out[(t + i) * out_stride] = r[i];
   };
-  std::size_t t = 0;
-  for (; t + vec_dot_group <= n_tokens; t += vec_dot_group) group.template operator()<vec_dot_group>(t);
-  // the rest in groups of 4, 2, 1 (a few instantiations, not one per size)
-  if (vec_dot_group > 4 && t + 4 <= n_tokens) { group.template operator()<4>(t); t += 4; }
-  if (t + 2 <= n_tokens) { group.template operator()<2>(t); t += 2; }
-  if (t < n_tokens) group.template operator()<1>(t);
+  for_token_groups<vec_dot_group>(n_tokens, group);
 }
 #else
 template <weight_block B>

@@ -63,6 +63,7 @@
 
 #include "kestrel/quant/legacy_format.hpp"
 #include "kestrel/quant/ref/legacy.hpp"
+#include "kestrel/quant/token_groups.hpp"
 
 namespace kestrel::quant {
 
@@ -223,11 +224,7 @@ inline void panel_all_tokens(Src&& src, const activation_of_t<W>* a, const token
     panel_tokens<W, NT>(src, a + t * nb, aux + t * nb, nb, nb, acc);
     for (std::size_t i = 0; i < NT; ++i) _mm512_mask_storeu_ps(out + (t + i) * out_stride, valid, acc[i]);
   };
-  std::size_t t = 0;
-  for (; t + token_group <= n_tokens; t += token_group) group.template operator()<token_group>(t);
-  if (t + 4 <= n_tokens) { group.template operator()<4>(t); t += 4; }
-  if (t + 2 <= n_tokens) { group.template operator()<2>(t); t += 2; }
-  if (t < n_tokens) group.template operator()<1>(t);
+  for_token_groups<token_group>(n_tokens, group);
 }
 
 inline __mmask16 row_mask(std::size_t n) noexcept {
