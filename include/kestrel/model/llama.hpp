@@ -186,9 +186,9 @@ class llama_model {
   /// per head. Measured (one thread, head_dim 64, one query): groups 2-8
   /// 1.7-2.2x faster than attend per head at 2000 cached tokens; at group 8
   /// (TinyLlama's shape, 22 layers) 1.0x at 16 tokens, 1.2-1.6x at 64-512,
-  /// 2.2x at 2048. For group 1 it was not faster, so attend stays. End to end (TinyLlama, group 8, 2
-  /// threads, `kestrel-bench -p 0 -n 64 -d 2048`): q4_0 21.2 -> 24.9 t/s,
-  /// Q4_K_M 21.4 -> 25.7 t/s.
+  /// 2.2x at 2048. For group 1 it was not faster, so attend stays. End to
+  /// end (TinyLlama, group 8, 2 threads, `kestrel-bench -p 0 -n 64 -d
+  /// 2048`): q4_0 21.2 -> 24.9 t/s, Q4_K_M 21.4 -> 25.7 t/s.
   bool blocks_in_decode() const noexcept {
     if constexpr (attends_blocks) return cfg_.n_head() / cfg_.n_head_kv() > 1;
     return false;
