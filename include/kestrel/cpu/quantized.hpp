@@ -19,10 +19,10 @@
 // quant::vec_dot_group that share each weight block's unpacking,
 // bit-identical to quant::vec_dot alone. A token's outputs depend on how
 // many tokens share its call (which path), never on their values or on the
-// thread count. The fast and
-// reference paths differ only in the dot: the SIMD kernels against their
-// scalar twins (quant::ref::dot, quant::ref::vec_dot), which agree to within
-// the float rounding bounds their tests derive.
+// thread count. The fast and reference paths differ only in the dot: the
+// SIMD kernels against their scalar twins (quant::ref::dot,
+// quant::ref::vec_dot), which agree to within the float rounding bounds
+// their tests derive.
 #pragma once
 
 #include <algorithm>
@@ -146,8 +146,9 @@ inline void legacy_panels(const std::byte* base, std::size_t row_bytes, std::siz
 
 #if defined(KESTREL_KQUANT_PANEL)
 /// The k-quants' prefill path (AVX-512 VNNI, at least
-/// quant::kpanel_min_tokens<B> tokens): 16-row panels packed once per call (quant/kquant_panels.hpp)
-/// against groups of 8 tokens, blocked by packed_panel_tiles. A token's
+/// quant::kpanel_min_tokens<B> tokens): 16-row panels packed once per call
+/// (quant/kquant_panels.hpp) against groups of 8 tokens, blocked by
+/// packed_panel_tiles. A token's
 /// outputs do not depend on the other tokens of the call.
 template <class B>
 inline void kquant_panels(const std::byte* base, std::size_t row_bytes, std::size_t rows, const quant::block_q8_K* a,
@@ -215,8 +216,9 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
         // are 1.3-2x faster than one dot per (row, token); the blocking adds
         // 0-24% (median 6%) over taking each row against every token, at 512
         // tokens x 5632 columns, where a row's sweep over all activations
-        // (3.3 MB) no longer fits L2 (measured before the panels above took
-        // such calls on AVX-512 VNNI; it still holds for AVX2 builds).
+        // (3.3 MB) no longer fits L2. (Measured before the panels above took
+        // such calls on AVX-512 VNNI; this path now serves shorter calls and
+        // builds without VNNI, not re-measured.)
         const std::size_t g = quant::vec_dot_group;
         const std::size_t t_tile = std::max(g, (256 * 1024 / (nb * sizeof(A))) / g * g);
         const std::size_t r_tile = std::max<std::size_t>(1, 128 * 1024 / row_bytes);

@@ -15,9 +15,10 @@
 // layer at once, so each weight matrix meets a matrix of activations
 // (Backend::matmul, compute-bound) and attention runs over blocks of
 // queries per KV head (Backend::attend_block where the backend has it, else
-// (token, head) pairs); decode runs one token, so each weight matrix meets one vector
-// (Backend::matvec, memory-bound), attention runs over heads, and nothing
-// is allocated.
+// (token, head) pairs); decode runs one token, so each weight matrix meets
+// one vector (Backend::matvec, memory-bound), attention runs per KV head
+// (grouped-query attention with attend_block) or per head, and nothing is
+// allocated.
 #pragma once
 
 #include <algorithm>
@@ -231,6 +232,25 @@ class llama_model {
                       scale, OUT + i * n_embd + h * head_dim, scores);
     };
     const std::size_t span = hp_.sliding_window ? std::min(hp_.sliding_window, pos0 + n) : pos0 + n;
+    // attend_block's task: queries [i0, i0 + nq) x query heads [h0, h0 +
+    // heads), all of KV head h0 / group.
+    auto block = [&](std::size_t i0, std::size_t nq, std::size_t h0, std::size_t heads, float* scratch) {
+      const std::size_t kvh = h0 / group;
+      return cpu::attend_block_args{.q = Q + i0 * n_embd + h0 * head_dim,
+                                    .q_stride = n_embd,
+                                    .k = keys.base + kvh * head_dim,
+                                    .v = values.base + kvh * head_dim,
+                                    .kv_stride = keys.stride,
+                                    .out = OUT + i0 * n_embd + h0 * head_dim,
+                                    .out_stride = n_embd,
+                                    .nq = nq,
+                                    .group = heads,
+                                    .head_dim = head_dim,
+                                    .pos0 = pos0 + i0,
+                                    .window = hp_.sliding_window,
+                                    .scale = scale,
+                                    .scratch = scratch};
+    };
     if constexpr (P == phase::decode) {
       float* scores = scores_.data();
       if constexpr (attends_blocks) {
@@ -241,21 +261,8 @@ class llama_model {
             for (std::size_t task = begin; task < end; ++task) {
               const std::size_t kvh = task / parts, g0 = task % parts * slice;
               if (g0 >= group) continue;
-              const std::size_t h0 = kvh * group + g0;  // first query head of the slice
-              backend_.attend_block({.q = Q + h0 * head_dim,
-                                     .q_stride = n_embd,
-                                     .k = keys.base + kvh * head_dim,
-                                     .v = values.base + kvh * head_dim,
-                                     .kv_stride = keys.stride,
-                                     .out = OUT + h0 * head_dim,
-                                     .out_stride = n_embd,
-                                     .nq = 1,
-                                     .group = std::min(slice, group - g0),
-                                     .head_dim = head_dim,
-                                     .pos0 = pos0,
-                                     .window = hp_.sliding_window,
-                                     .scale = scale,
-                                     .scratch = scores + task * per_task});
+              const std::size_t heads = std::min(slice, group - g0);
+              backend_.attend_block(block(0, 1, kvh * group + g0, heads, scores + task * per_task));
             }
           }, 2 * n_head * span * head_dim);
           return;
@@ -274,19 +281,7 @@ class llama_model {
       backend_.parallel_for(n_blocks * n_head_kv, [&](std::size_t begin, std::size_t end) {
         for (std::size_t job = begin; job < end; ++job) {
           const std::size_t i0 = (n_blocks - 1 - job / n_head_kv) * nq, kvh = job % n_head_kv;
-          backend_.attend_block({.q = Q + i0 * n_embd + kvh * group * head_dim,
-                                 .q_stride = n_embd,
-                                 .k = keys.base + kvh * head_dim,
-                                 .v = values.base + kvh * head_dim,
-                                 .kv_stride = keys.stride,
-                                 .out = OUT + i0 * n_embd + kvh * group * head_dim,
-                                 .out_stride = n_embd,
-                                 .nq = std::min(nq, n - i0),
-                                 .group = group,
-                                 .head_dim = head_dim,
-                                 .pos0 = pos0 + i0,
-                                 .window = hp_.sliding_window,
-                                 .scale = scale});
+          backend_.attend_block(block(i0, std::min(nq, n - i0), kvh * group, group, nullptr));
         }
       }, n * n_head * span * head_dim);
     } else {
