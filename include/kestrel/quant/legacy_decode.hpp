@@ -136,9 +136,7 @@ struct decode_acts {
         const auto& ab = act[j * G + k];
         std::memcpy(u.q[0] + 16 * k, ab.qs, 16);
         std::memcpy(u.q[1] + 16 * k, ab.qs + 16, 16);
-        int sum = 0;
-        for (std::int8_t v : ab.qs) sum += v;
-        u.init[4 * k] = -code_offset<W> * sum;
+        u.init[4 * k] = block_start<W>(ab);
         const float da = to_f32(ab.d);
         for (std::size_t l = 0; l < 4; ++l) u.d[4 * k + l] = da;
         if constexpr (has_offset_m<W>) u.s[4 * k] = to_f32(ab.s);

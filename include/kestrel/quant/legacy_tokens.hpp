@@ -81,15 +81,22 @@ struct token_aux {
   std::int32_t start = 0, unused_ = 0;
 };
 
+/// The integer accumulator's start for one activation block: -o sum(q_a),
+/// which removes W's code offset o from the block's sum of u * q_a.
+template <class W>
+inline std::int32_t block_start(const activation_of_t<W>& ab) noexcept {
+  int sum = 0;
+  for (std::int8_t v : ab.qs) sum += v;
+  return -code_offset<W> * sum;
+}
+
 /// aux[b] for the nb blocks of one token, for weight type W.
 template <class W>
 inline void make_token_aux(const activation_of_t<W>* a, token_aux* aux, std::size_t nb) noexcept {
   for (std::size_t b = 0; b < nb; ++b) {
-    int sum = 0;
-    for (std::int8_t v : a[b].qs) sum += v;
     aux[b].d = to_f32(a[b].d);
     if constexpr (has_offset_m<W>) aux[b].s = to_f32(a[b].s);
-    aux[b].start = -code_offset<W> * sum;
+    aux[b].start = block_start<W>(a[b]);
   }
 }
 
