@@ -4,7 +4,15 @@
 // the same process, each test's bound (tokens/s the hardware allows) and
 // bound ratio, and the peak RSS against file size + KV cache.
 //
-//   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-d 0,2048] [-r 5] [-o md|json|jsonl] [--no-warmup]
+//   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-d 0,2048] [-r 5] [-o md|json|jsonl]
+//                 [--mmap 0|1] [--no-warmup]
+//
+// --mmap 1 reads the weights in place in the file mapping (llama-bench's
+// default, weight_placement::file); 0, the default here as in the library,
+// copies them into huge pages when the model is built
+// (weight_placement::huge_pages, model/backend.hpp). Each test builds its
+// model; the build's time (the copy, if any) is `load_ns` in the JSON and
+// "load ms" in the table, and `use_mmap` says which placement ran.
 //
 // The tests are llama-bench's: pp<P> prefills P tokens (the first BOS when
 // the vocabulary adds one, the rest random) into an empty cache; tg<N>
@@ -63,6 +71,8 @@ const char* usage =
     "  -d, --n-depth N,...     tokens already in the KV cache when a test starts (default: 0)\n"
     "  -r, --repetitions N     timed repetitions per test (default: 5)\n"
     "  -o, --output md|json|jsonl  (default: md)\n"
+    "  -mmp, --mmap 0|1        1: weights read in place from the file mapping; 0: copied into\n"
+    "                          huge pages when the model is built (default: 0)\n"
     "  --no-warmup             skip the warm-up run\n";
 
 [[noreturn]] void die(const std::string& msg) {
@@ -359,6 +369,8 @@ struct result {
   std::vector<double> samples_ts;
   double bound_ts = 0;
   std::uint64_t peak_rss = 0, kv_bytes = 0;
+  bool use_mmap = false;
+  std::uint64_t load_ns = 0;  // the model's construction (weights placed)
 };
 
 struct printer {
@@ -408,17 +420,18 @@ struct printer {
     const double ratio = r.bound_ts > 0 ? avg_ts / r.bound_ts : 0;
     if (format == "md") {
       if (!md_header) {
-        std::printf("\n| model | size | params | threads | test | t/s | bound t/s | bound ratio | peak RSS | file + KV |\n"
-                    "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |\n");
+        std::printf("\n| model | size | params | threads | test | t/s | bound t/s | bound ratio | peak RSS | file + KV | load ms |\n"
+                    "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         md_header = true;
       }
       const std::string test = (r.n_prompt ? "pp" + std::to_string(r.n_prompt) : "tg" + std::to_string(r.n_gen)) +
                                (r.n_depth ? " @ d" + std::to_string(r.n_depth) : "");
-      std::printf("| %s | %.2f MiB | %.2f M | %zu | %s | %.2f ± %.2f | %.2f | %.3f | %.1f MiB | %.1f MiB |\n",
+      std::printf("| %s | %.2f MiB | %.2f M | %zu | %s | %.2f ± %.2f | %.2f | %.3f | %.1f MiB | %.1f MiB | %.0f%s |\n",
                   r.facts.type.c_str(), static_cast<double>(r.facts.size) / (1 << 20),
                   static_cast<double>(r.facts.n_params) / 1e6, r.n_threads, test.c_str(), avg_ts, sd_ts, r.bound_ts,
                   ratio, static_cast<double>(r.peak_rss) / (1 << 20),
-                  static_cast<double>(r.facts.file_size + r.kv_bytes) / (1 << 20));
+                  static_cast<double>(r.facts.file_size + r.kv_bytes) / (1 << 20), static_cast<double>(r.load_ns) / 1e6,
+                  r.use_mmap ? " (mmap)" : "");
       std::fflush(stdout);
       return;
     }
@@ -431,13 +444,14 @@ struct printer {
         "\"test_time\": \"%s\", "
         "\"avg_ns\": %.0f, \"stddev_ns\": %.0f, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"bound_ts\": %.6f, "
         "\"bound_ratio\": %.4f, \"peak_rss_bytes\": %llu, \"file_size\": %llu, \"kv_cache_bytes\": %llu, "
-        "\"decode_bytes_per_token\": %llu, ",
+        "\"decode_bytes_per_token\": %llu, \"use_mmap\": %s, \"load_ns\": %llu, ",
         commit.c_str(), json_string(r.model_filename).c_str(), json_string(r.facts.type).c_str(),
         static_cast<unsigned long long>(r.facts.size), static_cast<unsigned long long>(r.facts.n_params), r.n_threads,
         r.n_prompt, r.n_gen, r.n_depth, r.test_time.c_str(), std::floor(mean(ns)), std::floor(stddev(ns)), avg_ts, sd_ts,
         r.bound_ts, ratio, static_cast<unsigned long long>(r.peak_rss),
         static_cast<unsigned long long>(r.facts.file_size), static_cast<unsigned long long>(r.kv_bytes),
-        static_cast<unsigned long long>(r.facts.decode_bytes));
+        static_cast<unsigned long long>(r.facts.decode_bytes), r.use_mmap ? "true" : "false",
+        static_cast<unsigned long long>(r.load_ns));
     object(std::string(buf) + "\"samples_ns\": " + json_list(ns, "%llu") +
            ", \"samples_ts\": " + json_list(r.samples_ts, "%.6f"));
   }
@@ -454,7 +468,7 @@ int main(int argc, char** argv) {
   std::vector<long> threads{static_cast<long>(std::max(1u, std::thread::hardware_concurrency()))};
   std::vector<long> prompts{512}, gens{128}, depths{0};
   long reps = 5;
-  bool warmup = true;
+  bool warmup = true, use_mmap = false;
   std::string format = "md";
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -474,6 +488,7 @@ int main(int argc, char** argv) {
     else if (a == "-d" || a == "--n-depth") depths = numbers(a, value(), 0);
     else if (a == "-r" || a == "--repetitions") reps = kestrel::cli::parse_number<long>(a, value());
     else if (a == "-o" || a == "--output") format = std::string(value());
+    else if (a == "-mmp" || a == "--mmap") use_mmap = kestrel::cli::parse_number<long>(a, value()) != 0;
     else if (a == "--no-warmup") warmup = false;
     else {
       std::fprintf(stderr, "error: unknown argument '%s'\n%s", argv[i], usage);
@@ -528,7 +543,13 @@ int main(int argc, char** argv) {
           const std::uint64_t kv_bytes_per_pos = 2ull * hp.n_layer * hp.kv_dim() * sizeof(float);
           r.kv_bytes = kv_bytes_per_pos * n_ctx;
           reset_peak_rss();
-          kestrel::llama_model<> model(file.weights, n_ctx, kestrel::cpu_backend(n_threads));
+          r.use_mmap = use_mmap;
+          const std::uint64_t t_load = now_ns();
+          kestrel::llama_model<> model(
+              file.weights, n_ctx,
+              kestrel::cpu_backend(n_threads, use_mmap ? kestrel::weight_placement::file
+                                                       : kestrel::weight_placement::huge_pages));
+          r.load_ns = now_ns() - t_load;
           // The first token of an empty cache is BOS where the vocabulary adds one.
           auto first_token = [&] { return add_bos && model.n_past() == 0 ? bos : random_token(); };
           std::vector<kestrel::token_id> depth(n_depth), prompt(n_prompt);

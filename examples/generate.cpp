@@ -16,7 +16,9 @@ static const char* usage =
     "  --temp T         temperature, 0 = greedy (default 0.8)\n"
     "  --top-k K        (default 40, 0 = off)   --top-p P (default 0.95, 1 = off)\n"
     "  --min-p P        (default 0.05, 0 = off) --seed S (default random, printed)\n"
-    "  -t N             threads (default: all)  -c N context length (default: the model's, at most 4096)\n";
+    "  -t N             threads (default: all)  -c N context length (default: the model's, at most 4096)\n"
+    "  --mmap           read the weights in place from the file mapping (default: copy them into huge pages,\n"
+    "                   faster decode, a longer load)\n";
 
 int main(int argc, char** argv) {
   auto opt = kestrel::cli::parse(argc, argv, usage);

@@ -15,7 +15,9 @@ int main(int argc, char** argv) try {
     std::fprintf(stderr, "usage: kestrel-simple MODEL.gguf [prompt]\n");
     return 1;
   }
-  // 1. Load: the weights stay in the file's memory map (zero copy).
+  // 1. Load: the weights are viewed in the file's memory map (zero copy); the
+  //    CPU backend below copies the matrices once into huge pages when the
+  //    model is built (weight_placement, model/backend.hpp).
   auto file = kestrel::load_model_file(argv[1]);
   const auto& tok = file.tokenizer;  // SentencePiece or byte-level BPE, as the file says
 

@@ -32,6 +32,7 @@ struct options {
   long long seed = -1;                 // --seed (-1: random, printed to stderr)
   long n_threads = 0;                  // -t (0: all hardware threads)
   long n_ctx = 0;                      // -c (0: the model's training context)
+  bool mmap = false;                   // --mmap: weights read in place (default: copied into huge pages)
 };
 
 [[noreturn]] inline void die(const std::string& msg) {
@@ -60,6 +61,10 @@ inline options parse(int argc, char** argv, const char* usage,
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "-h" || a == "--help") help(0);
+    if (a == "--mmap") {
+      o.mmap = true;
+      continue;
+    }
     auto value = [&]() -> std::string_view {
       if (i + 1 >= argc) die(std::string(a) + " needs a value");
       return argv[++i];
@@ -120,7 +125,9 @@ struct session {
       : sampler(sampling(o)),
         file(load_model_file(o.model, tokenizer_path(o))),
         tok(file.tokenizer),
-        model(file.weights, static_cast<std::size_t>(o.n_ctx), cpu_backend(static_cast<std::size_t>(o.n_threads))) {}
+        model(file.weights, static_cast<std::size_t>(o.n_ctx),
+              cpu_backend(static_cast<std::size_t>(o.n_threads),
+                          o.mmap ? weight_placement::file : weight_placement::huge_pages)) {}
   sampler_chain sampler;
   model_file file;
   const any_tokenizer& tok;  // file.tokenizer

@@ -49,6 +49,35 @@ TEST_CASE("tensor_view indexes row-major with shapes") {
   CHECK(w.bytes() == 24);
 }
 
+TEST_CASE("huge_page_buffer: 2 MiB-aligned, zeroed, movable; release_pages reads the file back") {
+  huge_page_buffer empty;
+  CHECK(empty.data() == nullptr);
+  CHECK(huge_page_buffer(0).size() == 0);
+  huge_page_buffer b(3 * 1000 * 1000);
+  REQUIRE(b.data() != nullptr);
+  CHECK(b.size() == 3000000u);
+  CHECK(reinterpret_cast<std::uintptr_t>(b.data()) % huge_page_buffer::huge_page == 0);
+  CHECK(b.data()[0] == std::byte{0});
+  CHECK(b.data()[b.size() - 1] == std::byte{0});
+  b.data()[b.size() - 1] = std::byte{7};
+  huge_page_buffer moved = std::move(b);
+  CHECK(b.data() == nullptr);
+  CHECK(moved.data()[moved.size() - 1] == std::byte{7});
+
+  // Pages given back from a file mapping come back with the file's bytes.
+  const auto dir = test::scratch_dir("core");
+  std::string text(3 * 65536 + 100, '\0');
+  for (std::size_t i = 0; i < text.size(); ++i) text[i] = static_cast<char>('a' + i % 26);
+  test::write_file(dir / "pages.bin", text);
+  mapped_file f(dir / "pages.bin");
+  const auto at = [&](std::size_t i) { return static_cast<char>(f.data()[i]); };
+  CHECK(at(70000) == text[70000]);
+  release_pages(f.data() + 1, f.size() - 1);  // every whole page inside, from the second on
+  CHECK(at(0) == 'a');
+  CHECK(at(70000) == text[70000]);
+  CHECK(at(text.size() - 1) == text.back());
+}
+
 TEST_CASE("mapped_file and byte_reader give clear errors") {
   const auto dir = test::scratch_dir("core");
   CHECK_THROWS_WITH_AS(mapped_file{dir / "missing.bin"}, doctest::Contains("cannot open"), file_error);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -16,6 +17,8 @@
 #include <vector>
 
 #include "kestrel/model/llama.hpp"
+#include "kestrel/model/load.hpp"
+#include "kestrel/model/save.hpp"
 #include "model/model_fixtures.hpp"
 #include "model/random_model.hpp"
 
@@ -229,6 +232,55 @@ TEST_CASE("block-quantized weights (GGUF types): fast == scalar twin, decode == 
   CHECK(error[dtype::q8_0] < error[dtype::q5_0]);
   CHECK(error[dtype::q5_0] < error[dtype::q4_0]);
   CHECK(error[dtype::q8_0] < 1e-3);  // q8_0 keeps ~7 bits: close to f32
+}
+
+TEST_CASE("weights copied into huge pages: the views move, the bytes and the logits do not") {
+  // A q4_0 model with the output tied to the embeddings, through a GGUF file
+  // (only a file mapping's pages may be given back).
+  const auto hp = test::random_llama_shape();
+  auto mem = test::quantized_copy(test::random_llama(hp, dtype::f32, 5), dtype::q4_0);
+  mem.output = mem.token_embd;
+  const auto path = test::scratch_dir("placement") / "tied_q4_0.gguf";
+  write_gguf(mem, path);
+  const llama_weights file = load_gguf_weights(std::make_shared<const io::gguf_file>(path));
+  REQUIRE(file.mapped);
+  REQUIRE(file.output.data == file.token_embd.data);
+
+  llama_weights moved = file;
+  cpu_backend(2).prepare_weights(moved);
+  if (!transparent_huge_pages()) {
+    MESSAGE("this kernel offers no transparent huge pages: the weights stay in place");
+    CHECK(moved.layers[0].wq.data == file.layers[0].wq.data);
+  } else {
+    REQUIRE(moved.copy != nullptr);
+    auto same_bytes = [](const weight_view& a, const weight_view& b) {
+      return a.bytes() == b.bytes() && std::memcmp(a.data, b.data, a.bytes()) == 0;
+    };
+    for (std::size_t l = 0; l < hp.n_layer; ++l) {
+      const auto &a = file.layers[l], &b = moved.layers[l];
+      CAPTURE(l);
+      for (auto m : {&llama_layer_weights::wq, &llama_layer_weights::wk, &llama_layer_weights::wv,
+                     &llama_layer_weights::wo, &llama_layer_weights::ffn_gate, &llama_layer_weights::ffn_up,
+                     &llama_layer_weights::ffn_down}) {
+        CHECK((b.*m).data != (a.*m).data);
+        CHECK(same_bytes(b.*m, a.*m));  // the file's pages, given back, read back the same
+      }
+      CHECK(b.attn_norm == a.attn_norm);  // vectors stay in the mapping
+    }
+    CHECK(moved.output.data == moved.token_embd.data);  // tied: one copy
+    CHECK(moved.output.data != file.output.data);
+    CHECK(same_bytes(moved.output, file.output));
+  }
+  // End to end: the same bits as the weights read in place (built after the
+  // copy gave the file's pages back).
+  const auto seq = some_tokens(20, hp.n_vocab);
+  llama_model<> copied(file, 64, cpu_backend(2));
+  llama_model<> in_place(file, 64, cpu_backend(2, weight_placement::file));
+  CHECK(copied.prefill_all_logits(seq) == in_place.prefill_all_logits(seq));
+  for (token_id t : {token_id{3}, token_id{9}}) {
+    const auto a = copied.decode(t), b = in_place.decode(t);
+    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  }
 }
 
 TEST_CASE("the tolerance is tight enough to see a subtly wrong RoPE") {

@@ -29,6 +29,10 @@
 // per (token, head)); called from inside parallel_for, so it must be safe
 // on several threads at once; args.scratch, when set, is the caller's:
 //   b.attend_block(args)                 cpu::attend_block_args (cpu/attend_block.hpp)
+// Once, when the model is built, before any other call: place the weights
+// where the backend reads them best (the views may then point elsewhere,
+// to the same bytes; weights.copy owns what they point to):
+//   b.prepare_weights(weights)           llama_weights& (model/weights.hpp)
 //
 // Semantics: every operation has the meaning of its scalar twin in
 // cpu/ref/; a backend may reorder floating-point sums (tolerances in the

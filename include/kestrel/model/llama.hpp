@@ -76,6 +76,7 @@ class llama_model {
     scores_ = aligned_buffer<float>(blocks_in_decode() ? cfg_.n_head_kv() * decode_parts() * decode_block_scratch()
                                                        : cfg_.n_head() * n_ctx_);
     logits_ = aligned_buffer<float>(cfg_.n_vocab());
+    if constexpr (requires { backend_.prepare_weights(w_); }) backend_.prepare_weights(w_);
   }
 
   const Config& config() const noexcept { return cfg_; }

@@ -207,6 +207,7 @@ inline llama_weights load_gguf_weights(std::shared_ptr<const io::gguf_file> file
     L.ffn_down_b = opt("ffn_down.bias", d);
   }
   w.owner = std::move(file);
+  w.mapped = true;
   w.source = f.path();
   w.validate(f.path());
   return w;

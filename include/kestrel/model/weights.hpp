@@ -2,7 +2,10 @@
 // architecture of model/config.hpp; a part an architecture lacks is null).
 //
 // The views point into a file mapping (zero copy); `owner` keeps that
-// mapping alive for as long as any copy of the weights exists.
+// mapping alive for as long as any copy of the weights exists. A backend may
+// move the matrices when a model is built (prepare_weights in
+// model/concepts.hpp: cpu_backend copies them into huge pages); `copy` then
+// owns where they went.
 #pragma once
 
 #include <memory>
@@ -45,6 +48,11 @@ struct llama_weights {
   const float* output_norm_b = nullptr;  // (n_embd) LayerNorm bias
   weight_view output;                // (n_vocab, n_embd); the same memory as token_embd when tied
   std::shared_ptr<const void> owner;  // keeps the file mapping alive
+  std::shared_ptr<const void> copy;   // owns the matrices' copy when a backend moved them (prepare_weights)
+  /// The views point into a read-only private file mapping, whose pages may
+  /// be released (release_pages, core/mmap.hpp) and are then read back from
+  /// the file on the next access. False for weights in memory.
+  bool mapped = false;
   std::string source = "<memory>";    // the file the weights came from, for error messages
 
   /// Checks every matrix's shape against the hyperparameters.
