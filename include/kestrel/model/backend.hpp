@@ -126,9 +126,16 @@ class cpu_backend {
       if (p.src == nullptr) continue;
       std::byte* const dst = copy->data() + p.offset;
       if (p.first) {
+        // By 2 MiB chunks, each chunk's file pages given back once copied, so
+        // the process never holds a large matrix twice (tied embeddings are
+        // a quarter of a small model); then the pages across chunk edges.
         const std::size_t n = views[i]->bytes(), chunk = huge_page_buffer::huge_page;
         cpu::parallel_for(pool_.get(), (n + chunk - 1) / chunk, [&](std::size_t c0, std::size_t c1) {
-          std::memcpy(dst + c0 * chunk, p.src + c0 * chunk, std::min(n, c1 * chunk) - c0 * chunk);
+          for (std::size_t c = c0; c < c1; ++c) {
+            const std::size_t len = std::min(chunk, n - c * chunk);
+            std::memcpy(dst + c * chunk, p.src + c * chunk, len);
+            release_pages(p.src + c * chunk, len);
+          }
         }, n);
         release_pages(p.src, n);
       }
