@@ -33,12 +33,13 @@ enum class weight_placement {
   /// (where the kernel offers them; else as `file`), each matrix's file
   /// pages given back after its copy, so the process holds about the file's
   /// size, not twice it. Decode streams every matrix once per token, and
-  /// with 4 KiB pages every 4 KiB of it is a TLB miss and a restart of the
-  /// hardware prefetchers. Measured (kestrel-bench tg32, TinyLlama shape, 2
-  /// threads, alternated with `file`, 2-3 rounds): q4_0 +17-23%, Q4_K_M
-  /// +14-24%, f16 +11-14%; prefill unchanged (compute-bound). The copy's
-  /// cost is in the model's construction (kestrel-bench reports it as
-  /// load_ms).
+  /// with 4 KiB pages every 4 KiB of it is a TLB miss and a page walk.
+  /// Measured (kestrel-bench tg64 --mmap 1 / 0 alternated, 2 threads, 2
+  /// rounds; bench/README.md): TinyLlama shape q4_0 +12-13%, q8_0
+  /// +10-30%, Q4_K_M +4-26%, f16 +7%, f32 0-10%; the 110M shape within
+  /// noise; prefill unchanged (compute-bound). The copy's cost is in the
+  /// model's construction: 0.2-5.5 s for TinyLlama's 0.6-4.4 GB here
+  /// (kestrel-bench's load_ns).
   huge_pages,
 };
 
