@@ -30,9 +30,9 @@ enum class weight_placement {
   /// In place in the file mapping: no copy, 4 KiB pages.
   file,
   /// Copied once, when the model is built, into transparent huge pages
-  /// (where the kernel offers them; else as `file`), each matrix's file
-  /// pages given back after its copy, so the process holds about the file's
-  /// size, not twice it. Decode streams every matrix once per token, and
+  /// (where the kernel offers them and the memory can be mapped; else as
+  /// `file`), the file's pages given back as they are copied, so the process
+  /// holds about the file's size, not twice it. Decode streams every matrix once per token, and
   /// with 4 KiB pages every 4 KiB of it is a TLB miss and a page walk.
   /// Measured (kestrel-bench tg64 --mmap 1 / 0 alternated, 2 threads, 2
   /// rounds; bench/README.md): TinyLlama shape q4_0 +12-13%, q8_0
@@ -121,7 +121,12 @@ class cpu_backend {
       }
     }
     if (total == 0) return;
-    auto copy = std::make_shared<huge_page_buffer>(total);
+    std::shared_ptr<huge_page_buffer> copy;
+    try {
+      copy = std::make_shared<huge_page_buffer>(total);
+    } catch (const error&) {
+      return;  // no memory to map: the weights stay where they are, as with weight_placement::file
+    }
     for (std::size_t i = 0; i < views.size(); ++i) {
       const place& p = where[i];
       if (p.src == nullptr) continue;

@@ -248,6 +248,7 @@ inline llama_weights load_llama2c_weights(std::shared_ptr<const io::llama2c_chec
     L.ffn_up = m(c.w3(l), ff, d);
   }
   w.owner = std::move(file);
+  w.mapped = true;  // every view points into the checkpoint's mapping
   w.source = c.path();
   w.validate(c.path());
   return w;
