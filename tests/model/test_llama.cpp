@@ -243,7 +243,8 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
   const auto path = test::scratch_dir("placement") / "tied_q4_0.gguf";
   write_gguf(mem, path);
   const llama_weights file = load_gguf_weights(std::make_shared<const io::gguf_file>(path));
-  REQUIRE(file.mapped);
+  REQUIRE(file.mapped.size() == 1);
+  CHECK(test::random_llama(hp, dtype::f32, 5).mapped.empty());  // weights in memory are never given back
   REQUIRE(file.output.data == file.token_embd.data);
 
   llama_weights moved = file;
@@ -270,6 +271,18 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
     CHECK(moved.output.data == moved.token_embd.data);  // tied: one copy
     CHECK(moved.output.data != file.output.data);
     CHECK(same_bytes(moved.output, file.output));
+
+    // A matrix outside the file mappings (made at load) is neither moved nor
+    // given back (giving back anonymous memory would zero it).
+    const weight_view& down = file.layers[1].ffn_down;
+    std::vector<std::byte> made(static_cast<const std::byte*>(down.data),
+                                static_cast<const std::byte*>(down.data) + down.bytes());
+    llama_weights mixed = file;
+    mixed.layers[1].ffn_down.data = made.data();
+    cpu_backend(2).prepare_weights(mixed);
+    CHECK(mixed.layers[1].ffn_down.data == made.data());
+    CHECK(same_bytes(mixed.layers[1].ffn_down, down));
+    CHECK(mixed.layers[0].ffn_down.data != file.layers[0].ffn_down.data);
   }
   // End to end: the same bits as the weights read in place (built after the
   // copy gave the file's pages back).

@@ -19,6 +19,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -51,6 +52,13 @@ class hf_model {
   std::vector<std::filesystem::path> shard_paths() const {
     std::vector<std::filesystem::path> out;
     for (const auto& s : shards_) out.push_back(std::visit([](const auto& p) { return p->path(); }, s));
+    return out;
+  }
+
+  /// The shards' file mappings (read-only, private), where tensor() views point.
+  std::vector<std::span<const std::byte>> mapped_bytes() const {
+    std::vector<std::span<const std::byte>> out;
+    for (const auto& s : shards_) out.push_back(std::visit([](const auto& p) { return p->file().bytes(); }, s));
     return out;
   }
 

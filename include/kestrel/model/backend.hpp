@@ -88,15 +88,17 @@ class cpu_backend {
   void parallel_for(std::size_t n, F&& f, std::size_t work) { cpu::parallel_for(pool_.get(), n, std::forward<F>(f), work); }
   std::size_t n_threads() const noexcept { return pool_->size(); }
 
-  /// Optional (model/concepts.hpp): with weight_placement::huge_pages, for
-  /// weights in a file mapping and where the kernel offers transparent huge
-  /// pages, copies every weight matrix (a matrix shared by two views, as
-  /// tied embeddings, once) into one huge_page_buffer and points the views
-  /// at the copy, the threads splitting the copy. The norms and biases stay
+  /// Optional (model/concepts.hpp): with weight_placement::huge_pages and
+  /// where the kernel offers transparent huge pages, copies every weight
+  /// matrix that lies in one of the weights' file mappings (w.mapped; a
+  /// matrix shared by two views, as tied embeddings, once) into one
+  /// huge_page_buffer and points the views at the copy, the threads
+  /// splitting the copy. Matrices made at load (transposed, converted) stay
+  /// where they are. The norms and biases stay
   /// in the mapping (a few KiB per layer), and so do the token embeddings
   /// unless the output matrix is tied to them (decode reads one row).
   void prepare_weights(llama_weights& w) {
-    if (placement_ != weight_placement::huge_pages || !w.mapped || !transparent_huge_pages()) return;
+    if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
     std::vector<weight_view*> views;
     for (auto& L : w.layers)
       for (weight_view* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) views.push_back(v);
@@ -113,7 +115,7 @@ class cpu_backend {
     for (const weight_view* v : views) {
       const auto* src = static_cast<const std::byte*>(v->data);
       const auto seen = std::find_if(where.begin(), where.end(), [&](const place& p) { return p.first && p.src == src; });
-      if (src == nullptr || v->bytes() == 0) where.push_back({});
+      if (src == nullptr || v->bytes() == 0 || !w.in_mapping(src, v->bytes())) where.push_back({});
       else if (seen != where.end()) where.push_back({src, seen->offset, false});
       else {
         where.push_back({src, total, true});

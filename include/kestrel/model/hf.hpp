@@ -344,6 +344,7 @@ inline llama_weights load_hf_weights(const std::filesystem::path& dir) {
     detail::hf_gpt2(r, w);
   else
     detail::hf_llama_family(r, w);
+  w.mapped = model->mapped_bytes();
   w.owner = std::move(store);
   w.source = dir.string();
   w.validate(w.source);

@@ -206,8 +206,8 @@ inline llama_weights load_gguf_weights(std::shared_ptr<const io::gguf_file> file
     L.ffn_down = detail::gguf_matrix(f, b + "ffn_down.weight");
     L.ffn_down_b = opt("ffn_down.bias", d);
   }
+  w.mapped = {f.file().bytes()};
   w.owner = std::move(file);
-  w.mapped = true;
   w.source = f.path();
   w.validate(f.path());
   return w;
@@ -247,8 +247,8 @@ inline llama_weights load_llama2c_weights(std::shared_ptr<const io::llama2c_chec
     L.ffn_down = m(c.w2(l), d, ff);
     L.ffn_up = m(c.w3(l), ff, d);
   }
+  w.mapped = {c.file().bytes()};
   w.owner = std::move(file);
-  w.mapped = true;  // every view points into the checkpoint's mapping
   w.source = c.path();
   w.validate(c.path());
   return w;

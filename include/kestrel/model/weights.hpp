@@ -8,7 +8,9 @@
 // owns where they went.
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -49,10 +51,20 @@ struct llama_weights {
   weight_view output;                // (n_vocab, n_embd); the same memory as token_embd when tied
   std::shared_ptr<const void> owner;  // keeps the file mapping alive
   std::shared_ptr<const void> copy;   // owns the matrices' copy when a backend moved them (prepare_weights)
-  /// The views point into a read-only private file mapping, whose pages may
-  /// be released (release_pages, core/mmap.hpp) and are then read back from
-  /// the file on the next access. False for weights in memory.
-  bool mapped = false;
+  /// The read-only private file mappings the views may point into (set by
+  /// the loaders; empty for weights in memory). Pages inside them may be
+  /// released (release_pages, core/mmap.hpp) and are then read back from the
+  /// file on the next access; a view elsewhere (a tensor transposed or
+  /// converted at load) must never be released.
+  std::vector<std::span<const std::byte>> mapped;
+
+  /// Whether the n bytes at p lie inside one of `mapped`.
+  bool in_mapping(const void* p, std::size_t n) const noexcept {
+    const auto* b = static_cast<const std::byte*>(p);
+    for (const auto& m : mapped)
+      if (b >= m.data() && n <= m.size() && b - m.data() <= static_cast<std::ptrdiff_t>(m.size() - n)) return true;
+    return false;
+  }
   std::string source = "<memory>";    // the file the weights came from, for error messages
 
   /// Checks every matrix's shape against the hyperparameters.
