@@ -32,8 +32,9 @@ enum class weight_placement {
   /// Copied once, when the model is built, into transparent huge pages
   /// (where the kernel offers them and the memory can be mapped; else as
   /// `file`), the file's pages given back as they are copied, so the process
-  /// holds about the file's size, not twice it. Decode streams every matrix once per token, and
-  /// with 4 KiB pages every 4 KiB of it is a TLB miss and a page walk.
+  /// holds about the file's size, not twice it. Decode streams every matrix
+  /// once per token, and with 4 KiB pages every 4 KiB of it is a TLB miss
+  /// and a page walk.
   /// Measured (kestrel-bench tg64 --mmap 1 / 0 alternated, 2 threads, 2
   /// rounds; bench/README.md): TinyLlama shape q4_0 +12-13%, q8_0
   /// +10-30%, Q4_K_M +4-26%, f16 +7%, f32 0-10%; the 110M shape within
@@ -94,9 +95,9 @@ class cpu_backend {
   /// matrix shared by two views, as tied embeddings, once) into one
   /// huge_page_buffer and points the views at the copy, the threads
   /// splitting the copy. Matrices made at load (transposed, converted) stay
-  /// where they are. The norms and biases stay
-  /// in the mapping (a few KiB per layer), and so do the token embeddings
-  /// unless the output matrix is tied to them (decode reads one row).
+  /// where they are. The norms and biases stay in the mapping (a few KiB per
+  /// layer), and so do the token embeddings unless the output matrix is tied
+  /// to them (decode reads one row).
   void prepare_weights(llama_weights& w) {
     if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
     std::vector<weight_view*> views;
@@ -136,16 +137,18 @@ class cpu_backend {
       if (p.first) {
         // By 2 MiB chunks, each chunk's file pages given back once copied, so
         // the process never holds a large matrix twice (tied embeddings are
-        // a quarter of a small model); then the pages across chunk edges.
+        // a quarter of a small model). The chunks follow the 2 MiB grid of
+        // the file's addresses, so every whole page of the matrix lies in
+        // one chunk and is given back with it.
         const std::size_t n = views[i]->bytes(), chunk = huge_page_buffer::huge_page;
-        cpu::parallel_for(pool_.get(), (n + chunk - 1) / chunk, [&](std::size_t c0, std::size_t c1) {
+        const std::size_t skew = reinterpret_cast<std::uintptr_t>(p.src) % chunk;
+        cpu::parallel_for(pool_.get(), (skew + n + chunk - 1) / chunk, [&](std::size_t c0, std::size_t c1) {
           for (std::size_t c = c0; c < c1; ++c) {
-            const std::size_t len = std::min(chunk, n - c * chunk);
-            std::memcpy(dst + c * chunk, p.src + c * chunk, len);
-            release_pages(p.src + c * chunk, len);
+            const std::size_t lo = c == 0 ? 0 : c * chunk - skew, hi = std::min(n, (c + 1) * chunk - skew);
+            std::memcpy(dst + lo, p.src + lo, hi - lo);
+            release_pages(p.src + lo, hi - lo);
           }
         }, n);
-        release_pages(p.src, n);
       }
       views[i]->data = dst;
     }
