@@ -25,7 +25,13 @@
 //
 // Bounds: decode reads every weight matrix once per token (the embedding
 // row is negligible) and the KV cache up to its position, so tg's bound is
-// read bandwidth / those bytes (the cache's at the test's mean position). Prefill
+// read bandwidth / those bytes (the cache's at the test's mean position).
+// The read bandwidth is that of the weights themselves: streaming reads of
+// the decode matrices where the model placed them, two before the first
+// repetition and two after each (untimed; median; JSON weights_gbps and
+// samples_weights_gbps, table column "weights GB/s"). The 1 GiB probe's
+// fresh buffer reads at 28 to 54 GB/s on this shared host depending on where
+// its pages and the cores land, which the weights need not share. Prefill
 // does 2 ops per weight per token (the output matrix only for the last
 // token; attention not counted), so pp's bound is peak / ops per token, with
 // the int8 peak (vpdpbusd) for quantized files and the f32 FMA peak for
@@ -48,6 +54,7 @@
 #include <fstream>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -215,6 +222,70 @@ bandwidth_probe probe_bandwidth(std::size_t n_threads) {
   return r;
 }
 
+/// The bytes decode streams per token: every layer matrix and the output
+/// matrix (tied embeddings: the same memory, once), where the model placed them.
+std::vector<std::span<const std::byte>> decode_matrices(const kestrel::llama_weights& w) {
+  std::vector<std::span<const std::byte>> out;
+  auto add = [&](const kestrel::weight_view& v) {
+    if (v.data) out.emplace_back(static_cast<const std::byte*>(v.data), v.bytes());
+  };
+  for (const auto& L : w.layers)
+    for (const auto* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) add(*v);
+  add(w.output);
+  return out;
+}
+
+__attribute__((target("avx512f"))) float sum_bytes_avx512(const std::byte* p, std::size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 256 <= n; i += 256) {  // unaligned loads: a matrix starts anywhere
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 64));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 128));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 192));
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += static_cast<float>(p[i]);
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) + tail;
+}
+
+float sum_bytes_scalar(const std::byte* p, std::size_t n) {
+  std::uint32_t a[8] = {};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int j = 0; j < 8; ++j) a[j] += static_cast<std::uint32_t>(p[i + j]);
+  for (; i < n; ++i) a[0] += static_cast<std::uint32_t>(p[i]);
+  return static_cast<float>(a[0] + a[1] + a[2] + a[3] + a[4] + a[5] + a[6] + a[7]);
+}
+
+/// One streaming read of the matrices decode reads, as the model placed them
+/// (huge-page copy or file mapping, wherever the host put those pages), split
+/// into n_threads equal shares of the bytes; GB/s. The 1 GiB probe measures
+/// a fresh buffer: on this shared host its rate moves by up to 2x with where
+/// the buffer and the cores land (28 to 54 GB/s within one run), while the
+/// weights stay where they are, so the decode bound is taken from this one,
+/// sampled between the timed repetitions.
+double probe_weights_once(const std::vector<std::span<const std::byte>>& mats, std::size_t n_threads) {
+  std::size_t total = 0;
+  for (const auto& m : mats) total += m.size();
+  const std::size_t share = (total + n_threads - 1) / n_threads;
+  std::vector<float> sink(n_threads);
+  const bool simd = has_avx512();
+  const double s = on_threads(n_threads, [&](std::size_t t) {
+    // bytes [t * share, (t + 1) * share) of the matrices laid end to end
+    std::size_t lo = t * share, hi = std::min(total, lo + share), at = 0;
+    float acc = 0;
+    for (const auto& m : mats) {
+      const std::size_t a = std::max(lo, at), b = std::min(hi, at + m.size());
+      if (a < b) acc += simd ? sum_bytes_avx512(m.data() + (a - at), b - a) : sum_bytes_scalar(m.data() + (a - at), b - a);
+      at += m.size();
+    }
+    sink[t] = acc;
+  });
+  if (sink[0] == 0.5f) std::fprintf(stderr, " ");  // keeps the sums alive
+  return static_cast<double>(total) / s / 1e9;
+}
+
 constexpr long peak_iters = 20'000'000;
 
 /// 12 independent vpdpbusd chains per thread: 12 * 64 u8 x s8 products,
@@ -371,6 +442,7 @@ struct result {
   std::uint64_t peak_rss = 0, kv_bytes = 0;
   bool use_mmap = false;
   std::uint64_t load_ns = 0;  // the model's construction (weights placed)
+  std::vector<double> weights_gbps;  // tg: reads of the decode matrices between repetitions
 };
 
 struct printer {
@@ -420,16 +492,18 @@ struct printer {
     const double ratio = r.bound_ts > 0 ? avg_ts / r.bound_ts : 0;
     if (format == "md") {
       if (!md_header) {
-        std::printf("\n| model | size | params | threads | test | t/s | bound t/s | bound ratio | peak RSS | file + KV | load ms |\n"
-                    "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        std::printf("\n| model | size | params | threads | test | t/s | bound t/s | bound ratio | weights GB/s | peak RSS | file + KV | load ms |\n"
+                    "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         md_header = true;
       }
       const std::string test = (r.n_prompt ? "pp" + std::to_string(r.n_prompt) : "tg" + std::to_string(r.n_gen)) +
                                (r.n_depth ? " @ d" + std::to_string(r.n_depth) : "");
-      std::printf("| %s | %.2f MiB | %.2f M | %zu | %s | %.2f ± %.2f | %.2f | %.3f | %.1f MiB | %.1f MiB | %.0f%s |\n",
+      char gbps[32] = "-";
+      if (!r.weights_gbps.empty()) std::snprintf(gbps, sizeof gbps, "%.1f", kestrel::bench::median(r.weights_gbps));
+      std::printf("| %s | %.2f MiB | %.2f M | %zu | %s | %.2f ± %.2f | %.2f | %.3f | %s | %.1f MiB | %.1f MiB | %.0f%s |\n",
                   r.facts.type.c_str(), static_cast<double>(r.facts.size) / (1 << 20),
                   static_cast<double>(r.facts.n_params) / 1e6, r.n_threads, test.c_str(), avg_ts, sd_ts, r.bound_ts,
-                  ratio, static_cast<double>(r.peak_rss) / (1 << 20),
+                  ratio, gbps, static_cast<double>(r.peak_rss) / (1 << 20),
                   static_cast<double>(r.facts.file_size + r.kv_bytes) / (1 << 20), static_cast<double>(r.load_ns) / 1e6,
                   r.use_mmap ? " (mmap)" : "");
       std::fflush(stdout);
@@ -452,8 +526,14 @@ struct printer {
         static_cast<unsigned long long>(r.facts.file_size), static_cast<unsigned long long>(r.kv_bytes),
         static_cast<unsigned long long>(r.facts.decode_bytes), r.use_mmap ? "true" : "false",
         static_cast<unsigned long long>(r.load_ns));
+    std::string weights;
+    if (!r.weights_gbps.empty()) {
+      char w[64];
+      std::snprintf(w, sizeof w, ", \"weights_gbps\": %.2f", kestrel::bench::median(r.weights_gbps));
+      weights = w + (", \"samples_weights_gbps\": " + json_list(r.weights_gbps, "%.2f"));
+    }
     object(std::string(buf) + "\"samples_ns\": " + json_list(ns, "%llu") +
-           ", \"samples_ts\": " + json_list(r.samples_ts, "%.6f"));
+           ", \"samples_ts\": " + json_list(r.samples_ts, "%.6f") + weights);
   }
   void end() {
     if (format == "json") std::printf("\n]\n");
@@ -521,7 +601,7 @@ int main(int argc, char** argv) {
       auto random_token = [&] { return static_cast<kestrel::token_id>(rng() % n_vocab); };
       for (std::size_t ti = 0; ti < threads.size(); ++ti) {
         const std::size_t n_threads = static_cast<std::size_t>(threads[ti]);
-        const auto& [bw, peak] = probes[ti];
+        const compute_probe& peak = probes[ti].second;
         struct test_shape { std::size_t n_prompt, n_gen, n_depth; };
         std::vector<test_shape> tests;
         for (long d : depths) {
@@ -574,6 +654,14 @@ int main(int argc, char** argv) {
             if (n_prompt) run_prompt();
             if (n_gen) run_gen(1);
           }
+          // tg: the weights' read rate before the first repetition and
+          // after each, two passes each time (untimed).
+          const auto mats = decode_matrices(model.weights());
+          auto probe_weights = [&] {
+            if (n_gen)
+              for (int pass = 0; pass < 2; ++pass) r.weights_gbps.push_back(probe_weights_once(mats, n_threads));
+          };
+          probe_weights();
           for (long rep = 0; rep < reps; ++rep) {
             fill_depth();
             const std::uint64_t t0 = now_ns();
@@ -582,6 +670,7 @@ int main(int argc, char** argv) {
             const std::uint64_t ns = now_ns() - t0;
             r.samples_ns.push_back(ns);
             r.samples_ts.push_back(1e9 * static_cast<double>(n_prompt + n_gen) / static_cast<double>(ns));
+            probe_weights();
           }
           r.peak_rss = peak_rss_bytes();
           if (n_prompt) {
@@ -593,7 +682,7 @@ int main(int argc, char** argv) {
             // decoding position n_depth + i reads the cache's n_depth + i + 1 positions: their mean
             const double kv_read = static_cast<double>(kv_bytes_per_pos) * (static_cast<double>(n_depth) +
                                                                              static_cast<double>(n_gen + 1) / 2);
-            r.bound_ts = bw.gbps * 1e9 / (static_cast<double>(facts.decode_bytes) + kv_read);
+            r.bound_ts = kestrel::bench::median(r.weights_gbps) * 1e9 / (static_cast<double>(facts.decode_bytes) + kv_read);
           }
           out.test(r);
         }

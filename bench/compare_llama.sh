@@ -4,7 +4,7 @@
 # llama.cpp, kestrel, llama.cpp, ... for --rounds rounds) with the same flags
 # and -o jsonl; then a table of tokens/s for both, the ratio kestrel /
 # llama.cpp and both programs' ratios to the bound kestrel-bench measured
-# (read bandwidth for tg, int8 or f32 peak for pp). This machine is noisy:
+# (its weights' read bandwidth for tg, int8 or f32 peak for pp). This machine is noisy:
 # only ratios measured within one run mean anything.
 #
 #   bench/compare_llama.sh MODEL... [--llama-bench PATH] [--kestrel-bench PATH]

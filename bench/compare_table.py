@@ -4,7 +4,10 @@
 Both files hold -o jsonl lines (kestrel-bench's also its probe lines). Per
 (model file, test) it averages avg_ts over the rounds of each program and
 prints tokens/s, the ratio kestrel / llama.cpp, the bound kestrel-bench
-computed for that test and both programs' ratios to it.
+computed for that test and both programs' ratios to it. A tg bound comes from
+kestrel-bench's reads of its own weights (weights_gbps); llama-bench reads
+its copy of them from the file mapping, so its ratio to that bound is an
+approximation.
 """
 import json
 import os
@@ -54,8 +57,11 @@ def main():
             order.append(k)
         ts[k]["l"].append(r["avg_ts"])
 
+    wr = [r["weights_gbps"] for r in kestrel if "weights_gbps" in r]
     if bw:
         print(f"read bandwidth: {min(bw):.1f} .. {max(bw):.1f} GB/s over {len(bw)} probes (median of 7 each)")
+    if wr:
+        print(f"weights read (the tg bounds): {min(wr):.1f} .. {max(wr):.1f} GB/s over {len(wr)} tests")
     if peaks:
         print("int8 peak: %.0f .. %.0f GOP/s, f32 peak: %.0f .. %.0f GFLOP/s" % (
             min(p["int8_gops"] for p in peaks), max(p["int8_gops"] for p in peaks),
