@@ -9,10 +9,10 @@
 // quant/kquants.hpp's kernel applies each sub-block's scale with vpmaddubsw
 // + vpdpwssd: 32 multiply-adds per two 256-bit instructions, half of what
 // vpdpbusd does alone, which caps prefill near half the int8 peak. Here a
-// panel of 16 rows meets a group of up to 8 tokens the way the legacy types
-// do (quant/legacy_tokens.hpp): the rows' codes are laid out once per call
-// with one row per int32 lane, register 8u + g holding codes 32u + 4g ..
-// 32u + 4g + 3 of each row, so a 32-value unit takes 8 vpdpbusd with the
+// panel of 16 rows meets a group of up to 4 tokens (token_group) the way
+// the legacy types meet 8 (quant/legacy_tokens.hpp): the rows' codes are
+// laid out once per call with one row per int32 lane, register 8u + g
+// holding codes 32u + 4g .. 32u + 4g + 3 of each row, so a 32-value unit takes 8 vpdpbusd with the
 // token's 4 activation bytes broadcast (512 multiply-adds for 16 rows), no
 // horizontal sums. Each 16-value half of the unit is its own chain of 4
 // vpdpbusd; with 16-value sub-blocks (q2_K, q3_K, q6_K) each chain's int32
@@ -79,7 +79,16 @@ template <> inline constexpr std::size_t kpanel_min_tokens<block_q5_K> = 16;
 namespace detail::kp {
 
 inline constexpr std::size_t panel_rows = 16;  // one row per int32 / float lane of a zmm
-inline constexpr std::size_t token_group = 8;  // tokens per load of a unit's codes
+/// Tokens per load of a unit's codes. 4, not the legacy panels' 8: per
+/// token a group keeps tot, acc and (with mins) accm registers beside the 8
+/// of codes, so 8 tokens took 32 zmm and GCC spilled tot every unit and
+/// reloaded codes; 4 fit. Measured (kestrel-bench-kquant --prefill, one
+/// thread, 512 tokens, alternated, two rounds, GOP/s) 8 -> 4 tokens: q4_K
+/// 2048 x 768 171-190 -> 207-219, 768 x 2048 186-213 -> 217-270, 5632 x 2048
+/// 205-222 -> 231-285; q6_K 139-146 -> 197-201, 153-158 -> 200-211, 165-180
+/// -> 242-246; 2 tokens fell below 8. (The legacy panels' single chain of 8
+/// vpdpbusd per token needs 8 tokens in flight: 4 measured no better there.)
+inline constexpr std::size_t token_group = 4;
 
 /// Sub-blocks of 16 values (two scales per 32-value unit) or of 32.
 template <class B> inline constexpr bool sub16 = true;
@@ -201,7 +210,7 @@ inline void panel_group(const kpanel_block* p, const block_q8_K* a, std::size_t 
 }
 
 /// A packed panel (n_rows valid rows) against tokens [0, n_tokens) in groups
-/// of 8 (then 4, 2, 1): out[t * out_stride + r] for r < n_rows.
+/// of token_group (then 2, 1): out[t * out_stride + r] for r < n_rows.
 template <class B>
 inline void kpanel_tokens(const kpanel_block* p, std::size_t n_rows, const block_q8_K* a, std::size_t nb,
                           std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
