@@ -178,16 +178,16 @@ inline void panel_group(const kpanel_block* p, const block_q8_K* a, std::size_t 
         if constexpr (sub16<B>) {
           __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
           for (int g = 0; g < 4; ++g) {
-            s0 = _mm512_dpbusd_epi32(s0, c[g], bcast_u32(q + 4 * g));
-            s1 = _mm512_dpbusd_epi32(s1, c[4 + g], bcast_u32(q + 16 + 4 * g));
+            s0 = dpbusd_bcast(s0, c[g], q + 4 * g);
+            s1 = dpbusd_bcast(s1, c[4 + g], q + 16 + 4 * g);
           }
           tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(s0, pb.scale[2 * u]));
           tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(s1, pb.scale[2 * u + 1]));
         } else {
           __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
           for (int g = 0; g < 4; ++g) {
-            s0 = _mm512_dpbusd_epi32(s0, c[g], bcast_u32(q + 4 * g));
-            s1 = _mm512_dpbusd_epi32(s1, c[4 + g], bcast_u32(q + 16 + 4 * g));
+            s0 = dpbusd_bcast(s0, c[g], q + 4 * g);
+            s1 = dpbusd_bcast(s1, c[4 + g], q + 16 + 4 * g);
           }
           tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0, s1), pb.scale[2 * u]));
         }

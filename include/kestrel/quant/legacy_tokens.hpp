@@ -113,12 +113,6 @@ struct alignas(64) panel_block {
   __m512 d, m;
 };
 
-inline std::uint32_t load_u32(const void* p) noexcept {
-  std::uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 /// Byte offsets of the fields inside each block type.
 template <class W> struct layout;
 template <> struct layout<block_q4_0> { static constexpr int qs = 2, qh = -1; };
@@ -214,7 +208,7 @@ inline void panel_tokens(Src&& src, const activation_of_t<W>* a, const token_aux
       const token_aux& x = aux[t * stride + b];
       __m512i s = _mm512_set1_epi32(x.start);
       for (int g = 0; g < 8; ++g)
-        s = _mm512_dpbusd_epi32(s, c[g], _mm512_set1_epi32(static_cast<int>(load_u32(ab.qs + 4 * g))));
+        s = dpbusd_bcast(s, c[g], ab.qs + 4 * g);
       acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x.d)), _mm512_cvtepi32_ps(s), acc[t]);
       if constexpr (has_offset_m<W>) acc[t] = _mm512_fmadd_ps(pb.m, _mm512_set1_ps(x.s), acc[t]);
     }

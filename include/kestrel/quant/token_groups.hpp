@@ -1,12 +1,32 @@
 // kestrel/quant/token_groups.hpp: how the prefill kernels walk a call's
 // tokens: groups of G (the kernel's register budget), then one group each of
 // 4, 2 and 1 for the rest, so a kernel is instantiated for a few group sizes
-// rather than one per remainder.
+// rather than one per remainder; and their shared inner step with AVX-512
+// VNNI, a vpdpbusd against one token's 4 bytes broadcast (dpbusd_bcast).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+#include <immintrin.h>
+#endif
 
 namespace kestrel::quant {
+
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+/// acc + vpdpbusd(codes, the int32 at p broadcast to every lane), with the
+/// broadcast embedded in the instruction ({1to16}): GCC 12 emits
+/// _mm512_dpbusd_epi32(acc, codes, _mm512_set1_epi32(v)) as a separate
+/// vpbroadcastd plus the vpdpbusd, one more instruction per 64 multiply-adds
+/// in the prefill panels' inner loops. Both assembler dialects spelled out.
+inline __m512i dpbusd_bcast(__m512i acc, __m512i codes, const void* p) noexcept {
+  asm("{vpdpbusd %[m]%{1to16%}, %[c], %[a]|vpdpbusd %[a], %[c], %[m]%{1to16%}}"
+      : [a] "+v"(acc)
+      : [c] "v"(codes), [m] "m"(*static_cast<const std::int32_t*>(p)));
+  return acc;
+}
+#endif
 
 /// group.template operator()<NT>(t) covering tokens [t, t + NT) for all of
 /// [0, n): NT = G while G tokens remain, then 4, 2, 1 as they fit (each at
