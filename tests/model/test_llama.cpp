@@ -289,6 +289,10 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
   const auto seq = some_tokens(20, hp.n_vocab);
   llama_model<> copied(file, 64, cpu_backend(2));
   llama_model<> in_place(file, 64, cpu_backend(2, weight_placement::file));
+  // weights() shows where each model computes from: the copy, or the file.
+  CHECK(in_place.weights().layers[0].wq.data == file.layers[0].wq.data);
+  CHECK((copied.weights().layers[0].wq.data != file.layers[0].wq.data) == transparent_huge_pages());
+  CHECK(copied.weights().layers[0].attn_norm == file.layers[0].attn_norm);
   CHECK(copied.prefill_all_logits(seq) == in_place.prefill_all_logits(seq));
   for (token_id t : {token_id{3}, token_id{9}}) {
     const auto a = copied.decode(t), b = in_place.decode(t);
