@@ -214,7 +214,7 @@ inline void panel_group(const kpanel_block* p, const block_q8_K* a, std::size_t 
 template <class B>
 inline void kpanel_tokens(const kpanel_block* p, std::size_t n_rows, const block_q8_K* a, std::size_t nb,
                           std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
-  const __mmask16 valid = n_rows >= 16 ? __mmask16(0xffff) : __mmask16((1u << n_rows) - 1);
+  const __mmask16 valid = panel_row_mask(n_rows);
   __m512 acc[token_group];
   auto group = [&]<std::size_t NT>(std::size_t t) {
     panel_group<B, NT>(p, a + t * nb, nb, nb, acc);

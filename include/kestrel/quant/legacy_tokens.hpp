@@ -228,9 +228,6 @@ inline void panel_all_tokens(Src&& src, const activation_of_t<W>* a, const token
   for_token_groups<token_group>(n_tokens, group);
 }
 
-inline __mmask16 row_mask(std::size_t n) noexcept {
-  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
-}
 inline panel_rows_at rows_at(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows) noexcept {
   panel_rows_at at;
   at.base = rows;
@@ -240,7 +237,7 @@ inline panel_rows_at rows_at(const std::byte* rows, std::size_t row_bytes, std::
     off[r] = static_cast<std::int32_t>(at.roff[r]);
   }
   at.vidx = _mm512_load_si512(off);
-  at.valid = row_mask(n_rows);
+  at.valid = panel_row_mask(n_rows);
   return at;
 }
 
@@ -273,7 +270,7 @@ template <class W>
 inline void panel_packed(const panel_block* p, std::size_t n_rows, const activation_of_t<W>* a, const token_aux* aux,
                          std::size_t nb, std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
   auto src = [p](std::size_t b) -> const panel_block& { return p[b]; };
-  panel_all_tokens<W>(src, a, aux, nb, n_tokens, row_mask(n_rows), out, out_stride);
+  panel_all_tokens<W>(src, a, aux, nb, n_tokens, panel_row_mask(n_rows), out, out_stride);
 }
 
 }  // namespace detail::lp

@@ -26,6 +26,12 @@ inline __m512i dpbusd_bcast(__m512i acc, __m512i codes, const void* p) noexcept 
       : [c] "v"(codes), [m] "m"(*static_cast<const std::int32_t*>(p)));
   return acc;
 }
+
+/// The lanes of a 16-row panel that hold real rows when only n do (n >= 16:
+/// all of them); the prefill panels store their results through it.
+inline __mmask16 panel_row_mask(std::size_t n) noexcept {
+  return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1);
+}
 #endif
 
 /// group.template operator()<NT>(t) covering tokens [t, t + NT) for all of
