@@ -208,6 +208,30 @@ TEST_CASE("cpu: rope == ref::rope, both pairings, with and without scaling") {
       }
 }
 
+TEST_CASE("cpu: rope_rotate with rope_angles' table gives rope's bits") {
+  // The model computes each position's angles once for all layers; the
+  // rotation must not change by a bit.
+  const auto factors = random_floats(256, 78, 1.0f, 8.0f);  // n_rot / 2 divisors for the largest n_rot
+  for (auto mode : {cpu::rope_mode::normal, cpu::rope_mode::neox})
+    for (bool scaled : {false, true})
+      for (std::size_t n_rot : {std::size_t{0}, std::size_t{2}, std::size_t{32}, std::size_t{64}, std::size_t{512}}) {
+        const std::size_t head_dim = std::max<std::size_t>(n_rot, 64), n_heads = 3;
+        const cpu::rope_spec r{n_rot, scaled ? 500000.0f : 10000.0f, mode, scaled ? 0.25f : 1.0f,
+                               scaled ? factors.data() : nullptr};
+        for (std::size_t pos : {0, 5, 4095}) {
+          const auto x = random_floats(n_heads * head_dim, static_cast<std::uint32_t>(90 + pos + n_rot));
+          auto a = x, b = x;
+          cpu::rope(a.data(), n_heads, head_dim, pos, r);
+          std::vector<float> cs(n_rot / 2 + 1), sn(n_rot / 2 + 1);
+          cpu::rope_angles(pos, r, cs.data(), sn.data());
+          cpu::rope_rotate(b.data(), n_heads, head_dim, cs.data(), sn.data(), r);
+          CAPTURE(n_rot);
+          CAPTURE(pos);
+          CHECK(a == b);
+        }
+      }
+}
+
 TEST_CASE("cpu: neox rope pairs dim i with i + n_rot/2 (Hugging Face's rotate_half)") {
   // At pos 1 with theta 10000, pair 0 turns by 1 radian: x[0], x[n_rot/2] rotate.
   std::vector<float> x(8, 0.0f);

@@ -51,31 +51,60 @@ inline void rope_pair(const rope_spec& r, std::size_t i, std::size_t& a, std::si
   }
 }
 
+/// cs[i], sn[i] = the cos and sin of pair i at position pos (rope_cos_sin)
+/// for every pair i < n_rot / 2: one position's angles, which every layer's
+/// q and k at that position turn by.
+inline void rope_angles(std::size_t pos, const rope_spec& r, float* cs, float* sn) noexcept {
+  for (std::size_t i = 0; i < r.n_rot / 2; ++i) rope_cos_sin(pos, i, r, cs[i], sn[i]);
+}
+
+namespace detail {
+
+/// Rotates pairs [p0, p1) of each of n_heads heads by the angles cs[i - p0],
+/// sn[i - p0].
+inline void rope_rotate_pairs(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t p0, std::size_t p1,
+                              const float* cs, const float* sn, const rope_spec& r) noexcept {
+  const std::size_t n_pairs = r.n_rot / 2;
+  const std::size_t stride = r.mode == rope_mode::normal ? 2 : 1, partner = r.mode == rope_mode::normal ? 1 : n_pairs;
+  for (std::size_t h = 0; h < n_heads; ++h) {
+    float* v = x + h * head_dim;
+    for (std::size_t i = p0; i < p1; ++i) {
+      const float c = cs[i - p0], s = sn[i - p0];
+      float* pa = v + stride * i;
+      const float a = pa[0], b = pa[partner];
+      pa[0] = a * c - b * s;
+      pa[partner] = a * s + b * c;
+    }
+  }
+}
+
+}  // namespace detail
+
 /// Rotates the first n_rot dims of each of n_heads heads at position pos.
 /// x: (n_heads, head_dim), in place.
 ///
 /// The cost that matters is the n_rot/2 cos/sin pairs, so they are computed
 /// once per call (in chunks on the stack) and reused for every head; the
-/// rotation itself is a handful of multiplies per pair.
+/// rotation itself is a handful of multiplies per pair. A model computes
+/// them once per position for all its layers with rope_angles and calls
+/// rope_rotate, which gives the same bits.
 inline void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t pos, const rope_spec& r) noexcept {
   constexpr std::size_t chunk = 128;  // pairs per stack table: head_dim <= 256 needs one chunk
   float cs[chunk], sn[chunk];
   const std::size_t n_pairs = r.n_rot / 2;
-  const std::size_t stride = r.mode == rope_mode::normal ? 2 : 1, partner = r.mode == rope_mode::normal ? 1 : n_pairs;
   for (std::size_t p0 = 0; p0 < n_pairs; p0 += chunk) {
     const std::size_t p1 = n_pairs < p0 + chunk ? n_pairs : p0 + chunk;
     for (std::size_t i = p0; i < p1; ++i) rope_cos_sin(pos, i, r, cs[i - p0], sn[i - p0]);
-    for (std::size_t h = 0; h < n_heads; ++h) {
-      float* v = x + h * head_dim;
-      for (std::size_t i = p0; i < p1; ++i) {
-        const float c = cs[i - p0], s = sn[i - p0];
-        float* pa = v + stride * i;
-        const float a = pa[0], b = pa[partner];
-        pa[0] = a * c - b * s;
-        pa[partner] = a * s + b * c;
-      }
-    }
+    detail::rope_rotate_pairs(x, n_heads, head_dim, p0, p1, cs, sn, r);
   }
+}
+
+/// rope() of one position with its angles given: cs, sn from
+/// rope_angles(pos, r, cs, sn). The same bits as rope(x, n_heads, head_dim,
+/// pos, r).
+inline void rope_rotate(float* x, std::size_t n_heads, std::size_t head_dim, const float* cs, const float* sn,
+                        const rope_spec& r) noexcept {
+  detail::rope_rotate_pairs(x, n_heads, head_dim, 0, r.n_rot / 2, cs, sn, r);
 }
 
 /// The llama2.c form: normal pairing, no scaling.

@@ -67,6 +67,11 @@ class cpu_backend {
   void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t pos, const cpu::rope_spec& r) {
     cpu::rope(x, n_heads, head_dim, pos, r);
   }
+  /// Optional: rope with the position's angles precomputed (cpu::rope_angles).
+  void rope_rotate(float* x, std::size_t n_heads, std::size_t head_dim, const float* cs, const float* sn,
+                   const cpu::rope_spec& r) {
+    cpu::rope_rotate(x, n_heads, head_dim, cs, sn, r);
+  }
   void swiglu(float* y, const float* gate, const float* up, std::size_t n) { cpu::swiglu(y, gate, up, n); }
   void gelu(float* y, const float* x, std::size_t n) { cpu::gelu(y, x, n); }
   void add(float* y, const float* x, std::size_t n) { cpu::add(y, x, n); }

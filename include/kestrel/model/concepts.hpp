@@ -29,6 +29,10 @@
 // per (token, head)); called from inside parallel_for, so it must be safe
 // on several threads at once; args.scratch, when set, is the caller's:
 //   b.attend_block(args)                 cpu::attend_block_args (cpu/attend_block.hpp)
+// RoPE with one position's angles computed by the model, once for all
+// layers (cpu::rope_angles: cs[i], sn[i] for pair i < n_rot / 2), the same
+// bits as b.rope at that position (fallback: b.rope, which computes them):
+//   b.rope_rotate(x, n_heads, head_dim, cs, sn, rope_spec)
 // Once, when the model is built, before any other call: place the weights
 // where the backend reads them best (the views may then point elsewhere,
 // to the same bytes; weights.copy owns what they point to):

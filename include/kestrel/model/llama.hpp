@@ -182,6 +182,12 @@ class llama_model {
     return cpu::attend_first(pos, hp_.sliding_window);
   }
 
+  /// Whether the backend takes RoPE angles computed by the model (optional
+  /// rope_rotate, model/concepts.hpp).
+  static constexpr bool rotates_with_angles = requires(B& b, float* x, const float* c, const cpu::rope_spec& r) {
+    b.rope_rotate(x, std::size_t{}, std::size_t{}, c, c, r);
+  };
+
   /// Whether the backend offers the optional block attention
   /// (model/concepts.hpp); without it prefill calls attend per (token, head).
   static constexpr bool attends_blocks = requires(B& b, const cpu::attend_block_args& a) { b.attend_block(a); };
@@ -319,8 +325,15 @@ class llama_model {
     }
     for (std::size_t i = 0; i < n; ++i) {
       if (hp_.positions == position_type::rope) {
-        backend_.rope(Q + i * n_embd, cfg_.n_head(), head_dim, pos0 + i, rope_);
-        backend_.rope(K + i * kv_dim, cfg_.n_head_kv(), head_dim, pos0 + i, rope_);
+        if constexpr (rotates_with_angles) {
+          const std::size_t np = rope_.n_rot / 2;
+          const float *cs = rope_cs_.data() + i * np, *sn = rope_sn_.data() + i * np;
+          backend_.rope_rotate(Q + i * n_embd, cfg_.n_head(), head_dim, cs, sn, rope_);
+          backend_.rope_rotate(K + i * kv_dim, cfg_.n_head_kv(), head_dim, cs, sn, rope_);
+        } else {
+          backend_.rope(Q + i * n_embd, cfg_.n_head(), head_dim, pos0 + i, rope_);
+          backend_.rope(K + i * kv_dim, cfg_.n_head_kv(), head_dim, pos0 + i, rope_);
+        }
       }
       std::memcpy(cache_.key(l, pos0 + i), K + i * kv_dim, kv_dim * sizeof(float));
       std::memcpy(cache_.value(l, pos0 + i), V + i * kv_dim, kv_dim * sizeof(float));
@@ -371,6 +384,17 @@ class llama_model {
         backend_.add(X + i * n_embd, XB, n_embd);
       }
     }
+    if constexpr (rotates_with_angles) {
+      // Each position's RoPE angles once for every layer's q and k (the
+      // fallback, b.rope, computes them per call: 2 n_layer times).
+      if (hp_.positions == position_type::rope) {
+        const std::size_t np = rope_.n_rot / 2;
+        grow(rope_cs_, n * np);
+        grow(rope_sn_, n * np);
+        for (std::size_t i = 0; i < n; ++i)
+          cpu::rope_angles(pos0 + i, rope_, rope_cs_.data() + i * np, rope_sn_.data() + i * np);
+      }
+    }
     for (std::size_t l = 0; l < cfg_.n_layer(); ++l) {
       attention_block<P>(l, n, pos0);
       ffn_block<P>(l, n);
@@ -418,6 +442,7 @@ class llama_model {
   std::size_t n_ctx_;
   Cache cache_;
   cpu::rope_spec rope_;
+  aligned_buffer<float> rope_cs_, rope_sn_;  // (n, n_rot / 2): the current call's positions' angles
   // activations of up to one prefill chunk (decode uses row 0), grown to the
   // largest chunk seen
   aligned_buffer<float> px_, pxb_, pq_, pk_, pv_, patt_;  // (n, n_embd) / (n, kv_dim)
