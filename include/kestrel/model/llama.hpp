@@ -366,7 +366,7 @@ class llama_model {
   template <phase P>
   void ffn_block(std::size_t l, std::size_t n) {
     const auto& L = w_.layers[l];
-    const std::size_t n_embd = cfg_.n_embd(), n_ff = cfg_.n_ff();
+    const std::size_t n_ff = cfg_.n_ff();
     float *X = px_.data(), *XB = pxb_.data(), *H = ph_.data(), *H2 = ph2_.data();
     norm(XB, X, L.ffn_norm, L.ffn_norm_b, n);
     if constexpr (P == phase::decode && fuses_matvecs) {
