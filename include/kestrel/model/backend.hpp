@@ -107,7 +107,7 @@ class cpu_backend {
     if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
     std::vector<weight_view*> views;
     for (auto& L : w.layers)
-      for (weight_view* v : {&L.wq, &L.wk, &L.wv, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down}) views.push_back(v);
+      for (weight_view* v : L.matrices()) views.push_back(v);
     views.push_back(&w.output);
     if (w.output.data == w.token_embd.data) views.push_back(&w.token_embd);
     // Each distinct matrix once, 64-byte aligned in the copy.

@@ -8,6 +8,7 @@
 // owns where they went.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -38,6 +39,13 @@ struct llama_layer_weights {
   weight_view ffn_down;              // (n_embd, n_ff)   w2
   const float* ffn_up_b = nullptr;   // (n_ff)
   const float* ffn_down_b = nullptr; // (n_embd)
+
+  /// The layer's seven matrices, in the order decode reads them (a part the
+  /// architecture lacks has null data).
+  std::array<weight_view*, 7> matrices() noexcept { return {&wq, &wk, &wv, &wo, &ffn_gate, &ffn_up, &ffn_down}; }
+  std::array<const weight_view*, 7> matrices() const noexcept {
+    return {&wq, &wk, &wv, &wo, &ffn_gate, &ffn_up, &ffn_down};
+  }
 };
 
 struct llama_weights {
