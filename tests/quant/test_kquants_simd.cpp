@@ -31,15 +31,18 @@
 // |panel - ref| <= (gamma_(nb+3) + gamma_(nb+20)) T.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/helpers.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
+#include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/kquants.hpp"
 
 namespace q = kestrel::quant;
@@ -341,6 +344,126 @@ TEST_CASE("kquant panels (prefill): the largest integer sums") {
     const float got = panel_dots(w, 1, a.data(), 1, 4)[0];
     INFO(name << ": exact " << x.value << " panel " << got);
     CHECK(std::fabs(got - x.value) <= gamma_n(4 + 3) * x.magnitude);
+  });
+}
+#endif
+
+// ---- q4_K interleaved by 16 rows (quant/kquant_x16.hpp) ----
+//
+// pack_x16 / unpack_x16 are inverse bit for bit on any bytes (q4_K uses every
+// bit of its blocks); the twin ref::vec_dot_x16 is ref::vec_dot of the
+// unpacked row, so equal to it bit for bit. The AVX-512 kernel rounds as the
+// prefill panels do (float(S), d * d8, one FMA per block, the final sum):
+// within gamma_(nb+3) T of exact and (gamma_(nb+3) + gamma_(nb+20)) T of the
+// twin.
+
+namespace {
+
+/// rows q4_K rows of nb blocks as ceil(rows / 16) panels of nb x16 blocks.
+std::vector<q::block_q4_K_x16> pack_rows(const std::vector<q::block_q4_K>& w, std::size_t rows, std::size_t nb) {
+  const std::size_t n_panels = (rows + 15) / 16;
+  std::vector<q::block_q4_K_x16> out(n_panels * nb);
+  for (std::size_t p = 0; p < n_panels; ++p)
+    q::pack_x16(reinterpret_cast<const std::byte*>(w.data() + 16 * p * nb), nb * sizeof(q::block_q4_K),
+                std::min<std::size_t>(16, rows - 16 * p), nb, out.data() + p * nb);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("q4_K_x16: pack then unpack gives every row back bit for bit; padding rows are zero") {
+  std::mt19937 rng(301);
+  for (std::size_t nb : {1, 3, 8})
+    for (std::size_t rows : {1, 7, 16, 19, 40}) {
+      const auto w = random_blocks<q::block_q4_K>(rows * nb, rng);
+      const auto packed = pack_rows(w, rows, nb);
+      INFO("nb " << nb << " rows " << rows);
+      bool same = true;
+      std::vector<q::block_q4_K> back(nb);
+      for (std::size_t r = 0; r < rows; ++r) {
+        q::unpack_x16(packed.data() + r / 16 * nb, r % 16, nb, back.data());
+        same = same && std::memcmp(back.data(), w.data() + r * nb, nb * sizeof(q::block_q4_K)) == 0;
+        // the dequantized row and the twin's dot agree with the row-major ones bit for bit
+        std::vector<float> d0(nb * q::qk_k), d1(nb * q::qk_k);
+        q::dequantize_row(w.data() + r * nb, d0.data(), d0.size());
+        q::dequantize_x16_row(packed.data() + r / 16 * nb, r % 16, nb, d1.data());
+        same = same && std::memcmp(d0.data(), d1.data(), d0.size() * sizeof(float)) == 0;
+      }
+      CHECK(same);
+      bool zero_pad = true;
+      for (std::size_t r = rows; r % 16 != 0; ++r) {
+        q::unpack_x16(packed.data() + r / 16 * nb, r % 16, nb, back.data());
+        const auto* bytes = reinterpret_cast<const std::uint8_t*>(back.data());
+        zero_pad = zero_pad && std::all_of(bytes, bytes + nb * sizeof(q::block_q4_K), [](std::uint8_t b) { return b == 0; });
+      }
+      CHECK(zero_pad);
+      const auto a = random_activations(nb, rng);
+      for (std::size_t r = 0; r < rows; ++r)
+        CHECK(q::ref::vec_dot_x16(packed.data() + r / 16 * nb, r % 16, a.data(), nb * q::qk_k) ==
+              q::ref::vec_dot(w.data() + r * nb, a.data(), nb * q::qk_k));
+    }
+}
+
+#if defined(KESTREL_KQUANT_X16)
+namespace {
+
+std::vector<float> x16_dots(const std::vector<q::block_q4_K_x16>& packed, std::size_t rows, const q::block_q8_K* a,
+                            std::size_t n_tokens, std::size_t nb) {
+  std::vector<float> out(n_tokens * rows + 16, -7.0f);
+  for (std::size_t p = 0; p < (rows + 15) / 16; ++p)
+    q::detail::x16::x16_tokens(packed.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), a, nb, n_tokens,
+                               out.data() + 16 * p, rows);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("q4_K_x16 kernel: every row and token within the derived bound of exact and of the twin") {
+  std::mt19937 rng(302);
+  for (std::size_t nb : {1, 3, 8})
+    for (std::size_t rows : {1, 7, 16, 19, 33})
+      for (std::size_t n_tokens : {1, 2, 3, 4, 5, 7, 9}) {
+        const auto w = random_blocks<q::block_q4_K>(rows * nb, rng);
+        const auto packed = pack_rows(w, rows, nb);
+        const auto a = random_activations(n_tokens * nb, rng);
+        const auto out = x16_dots(packed, rows, a.data(), n_tokens, nb);
+        INFO("nb " << nb << " rows " << rows << " tokens " << n_tokens);
+        bool within = true, alone_same = true;
+        for (std::size_t t = 0; t < n_tokens; ++t) {
+          const auto one = x16_dots(packed, rows, a.data() + t * nb, 1, nb);
+          for (std::size_t r = 0; r < rows; ++r) {
+            const float got = out[t * rows + r];
+            const exact_dot x = exact(w.data() + r * nb, a.data() + t * nb, nb);
+            const float want = q::ref::vec_dot(w.data() + r * nb, a.data() + t * nb, nb * q::qk_k);
+            const bool ok = std::fabs(got - x.value) <= gamma_n(double(nb) + 3) * x.magnitude &&
+                            std::fabs(double(got) - want) <= (gamma_n(double(nb) + 3) + gamma_n(double(nb) + 20)) * x.magnitude;
+            if (!ok) {
+              INFO("row " << r << " token " << t << ": x16 " << got << " exact " << x.value << " T " << x.magnitude
+                          << " ref " << want);
+              CHECK(ok);
+            }
+            within = within && ok;
+            alone_same = alone_same && one[r] == got;
+          }
+        }
+        CHECK(within);
+        CHECK(alone_same);  // a token's result does not depend on the tokens beside it
+        bool tail_untouched = true;
+        for (std::size_t i = n_tokens * rows; i < out.size(); ++i) tail_untouched = tail_untouched && out[i] == -7.0f;
+        CHECK(tail_untouched);
+      }
+}
+
+TEST_CASE("q4_K_x16 kernel: the largest integer sums") {
+  for_each_extreme([&]<class B>(const char* name, const extreme_case& e) {
+    if constexpr (std::is_same_v<B, q::block_q4_K>) {
+      const auto w = extreme_blocks<B>(4, e);
+      const auto a = extreme_acts(4, e.act);
+      const exact_dot x = exact(w.data(), a.data(), 4);
+      const float got = x16_dots(pack_rows(w, 1, 4), 1, a.data(), 1, 4)[0];
+      INFO(name << ": exact " << x.value << " x16 " << got);
+      CHECK(std::fabs(got - x.value) <= gamma_n(4 + 3) * x.magnitude);
+    }
   });
 }
 #endif

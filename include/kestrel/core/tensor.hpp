@@ -63,7 +63,11 @@ struct weight_view {
   std::size_t cols = 0;  // input features, contiguous (ggml ne0)
 
   std::size_t row_bytes() const noexcept { return cols / block_size(type) * block_bytes(type); }
-  std::size_t bytes() const noexcept { return rows * row_bytes(); }
+  /// With an interleaved type (panel_rows > 1) the last panel's padding rows count.
+  std::size_t bytes() const noexcept {
+    const std::size_t pr = panel_rows(type);
+    return (rows + pr - 1) / pr * pr * row_bytes();
+  }
   const std::byte* row(std::size_t r) const noexcept { return static_cast<const std::byte*>(data) + r * row_bytes(); }
   /// Rows [first, first + n) as a matrix of their own (no copy): how a fused
   /// qkv or gate|up tensor is seen as its parts. The caller checks the range.

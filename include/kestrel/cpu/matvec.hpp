@@ -90,8 +90,10 @@ inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, 
 
 /// The granularity of the row split: parallel tasks hand out whole blocks of
 /// 4 rows (the quantized kernels' row group), so no thread but the last gets
-/// a ragged block.
+/// a ragged block; an interleaved type's whole panels (16 rows of
+/// q4_k_x16), which a thread cannot split.
 inline constexpr std::size_t matvec_row_block = 4;
+inline constexpr std::size_t row_block(dtype t) noexcept { return std::max(matvec_row_block, panel_rows(t)); }
 
 }  // namespace detail
 
@@ -135,20 +137,19 @@ inline void matvec_row_range(const weight_view& w, const float* x, float* y, std
 }
 
 inline std::size_t matvec_blocks(const weight_view& w) noexcept {
-  return (w.rows + matvec_row_block - 1) / matvec_row_block;
+  const std::size_t rb = row_block(w.type);
+  return (w.rows + rb - 1) / rb;
 }
 
 /// Runs the row blocks [b0, b1) of the jobs' concatenated blocks (each job
-/// contributes ceil(rows / 4) blocks, so a block never straddles two
-/// matrices and every row lands in the same 4-row group as in matvec()).
+/// contributes ceil(rows / row_block) blocks, so a block never straddles
+/// two matrices and every row lands in the same row group as in matvec()).
 inline void matvec_jobs_blocks(std::span<const matvec_job> jobs, const float* x, std::size_t b0, std::size_t b1) {
   std::size_t base = 0;
   for (const matvec_job& j : jobs) {
-    const std::size_t nb = matvec_blocks(*j.w);
+    const std::size_t nb = matvec_blocks(*j.w), rb = row_block(j.w->type);
     const std::size_t lo = std::max(b0, base), hi = std::min(b1, base + nb);
-    if (lo < hi)
-      matvec_row_range(*j.w, x, j.y, (lo - base) * matvec_row_block,
-                       std::min(j.w->rows, (hi - base) * matvec_row_block));
+    if (lo < hi) matvec_row_range(*j.w, x, j.y, (lo - base) * rb, std::min(j.w->rows, (hi - base) * rb));
     base += nb;
   }
 }
@@ -180,8 +181,10 @@ inline void matvec_swiglu(const weight_view& gate, const weight_view& up, const 
                           thread_pool* pool) {
   require(gate.rows == up.rows && gate.cols == up.cols, "matvec_swiglu: gate and up differ in shape");
   const std::size_t rows = gate.rows;
-  parallel_for(pool, detail::matvec_blocks(gate), [&](std::size_t b0, std::size_t b1) {
-    const std::size_t r0 = b0 * detail::matvec_row_block, r1 = std::min(rows, b1 * detail::matvec_row_block);
+  // Row blocks whole for both (4 or 16 rows: the larger is a multiple of the other).
+  const std::size_t rb = std::max(detail::row_block(gate.type), detail::row_block(up.type));
+  parallel_for(pool, (rows + rb - 1) / rb, [&](std::size_t b0, std::size_t b1) {
+    const std::size_t r0 = b0 * rb, r1 = std::min(rows, b1 * rb);
     detail::matvec_row_range(gate, x, h, r0, r1);
     detail::matvec_row_range(up, x, up_scratch, r0, r1);
     swiglu(h + r0, h + r0, up_scratch + r0, r1 - r0);

@@ -35,6 +35,7 @@
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
+#include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_decode.hpp"
@@ -167,12 +168,99 @@ inline void kquant_panels(const std::byte* base, std::size_t row_bytes, std::siz
 }
 #endif
 
+/// The n_tokens rows of x (cols values each) quantized to A blocks, once
+/// per call, into a per-thread buffer that is grown, never shrunk (decode
+/// reuses it every step); valid until the thread's next call.
+template <class A>
+inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::size_t cols, thread_pool* pool,
+                                     bool reference) {
+  constexpr std::size_t qk = sizeof(A) == sizeof(quant::block_q8_K) ? 256 : 32;
+  const std::size_t nb = cols / qk;
+  thread_local std::vector<A> act;
+  if (act.size() < n_tokens * nb) act.resize(n_tokens * nb);
+  A* const acts = act.data();
+  if (reference) {
+    for (std::size_t t = 0; t < n_tokens; ++t) quant::quantize_row(x + t * cols, acts + t * nb, cols);
+  } else {
+    // Bit-identical to quantize_row (quant/quantize_acts.hpp); prefill's
+    // tokens are split across threads (the work hint: ~4 operations per
+    // value).
+    parallel_for(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
+      for (std::size_t t = t0; t < t1; ++t) quant::quantize_acts(x + t * cols, acts + t * nb, cols);
+    }, 4 * n_tokens * cols);
+  }
+  return acts;
+}
+
+/// Y(n_tokens, rows) = X W^T with W in q4_K_x16 (quant/kquant_x16.hpp):
+/// threads split the panels. With AVX-512 VNNI, calls of at least
+/// quant::kpanel_min_tokens<block_q4_K> tokens (prefill) take the prefill
+/// panels of row-major q4_K (quant/kquant_panels.hpp), packed from the x16
+/// panels: the same bits as q4_K's prefill, and 4-8% faster than the x16
+/// kernel on 512 tokens (kestrel-bench pp512, Q4_K_M, 110M and TinyLlama
+/// shapes). Shorter calls (decode) take the x16 kernel, tiled for the
+/// caches as the row-major path below (a tile of panels, about 128 KiB,
+/// meets a tile of tokens, about 256 KiB of q8_K activations, 4 tokens at
+/// a time). Without VNNI, and for the reference, the scalar twin per
+/// (row, token).
+inline void x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
+                       bool reference) {
+  const std::size_t cols = w.cols, rows = w.rows, nb = cols / quant::qk_k, n_panels = (rows + 15) / 16;
+  if (nb == 0) {
+    std::fill(y, y + n_tokens * rows, 0.0f);
+    return;
+  }
+  const auto* const a = quantize_activations<quant::block_q8_K>(x, n_tokens, cols, pool, reference);
+  const auto* const panels = static_cast<const quant::block_q4_K_x16*>(w.data);
+  const std::size_t work = n_tokens * rows * cols;
+#if defined(KESTREL_KQUANT_X16)
+  if (!reference && n_tokens >= quant::kpanel_min_tokens<quant::block_q4_K>) {
+    // Prefill: the row-major q4_K's panels, packed from the x16 panels (the
+    // same packed blocks, so the same bits as from the file's layout).
+    namespace kp = quant::detail::kp;
+    packed_panel_tiles<kp::kpanel_block>(
+        n_panels, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, work, pool,
+        [&](std::size_t p, kp::kpanel_block* dst) { quant::detail::x16::pack_kpanel(panels + p * nb, nb, dst); },
+        [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
+          kp::kpanel_tokens<quant::block_q4_K>(src, std::min<std::size_t>(16, rows - 16 * p), a + t0 * nb, nb, nt,
+                                               y + t0 * rows + 16 * p, rows);
+        });
+    return;
+  }
+  if (!reference) {
+    namespace qx = quant::detail::x16;
+    const std::size_t g = qx::token_group;
+    const std::size_t t_tile = std::max(g, (256 * 1024 / (nb * sizeof(quant::block_q8_K))) / g * g);
+    const std::size_t p_tile = std::max<std::size_t>(1, 128 * 1024 / (nb * sizeof(quant::block_q4_K_x16)));
+    parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+      for (std::size_t pb = p0; pb < p1; pb += p_tile) {
+        const std::size_t pe = std::min(p1, pb + p_tile);
+        for (std::size_t t0 = 0; t0 < n_tokens; t0 += t_tile) {
+          const std::size_t nt = std::min(t_tile, n_tokens - t0);
+          for (std::size_t p = pb; p < pe; ++p)
+            qx::x16_tokens(panels + p * nb, std::min<std::size_t>(16, rows - 16 * p), a + t0 * nb, nb, nt,
+                           y + t0 * rows + 16 * p, rows);
+        }
+      }
+    }, work);
+    return;
+  }
+#endif
+  parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t p = p0; p < p1; ++p)
+      for (std::size_t r = 16 * p; r < std::min(rows, 16 * p + 16); ++r)
+        for (std::size_t t = 0; t < n_tokens; ++t)
+          y[t * rows + r] = quant::ref::vec_dot_x16(panels + p * nb, r % 16, a + t * nb, cols);
+  }, work);
+}
+
 /// Y(n_tokens, rows) = X(n_tokens, cols) W^T with W block-quantized.
 inline void quantized_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
                              bool reference) {
   if (w.cols % block_size(w.type) != 0)
     throw invalid_argument("cpu: a " + std::string(name_of(w.type)) + " row of " + std::to_string(w.cols) +
                            " values is not a whole number of blocks");
+  if (w.type == dtype::q4_k_x16) return x16_linear(w, x, n_tokens, y, pool, reference);
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
     using A = typename activation_block<B>::type;
@@ -182,22 +270,7 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
       std::fill(y, y + n_tokens * w.rows, 0.0f);
       return;
     }
-    // Activations quantized once per call; grown, never shrunk (decode
-    // reuses the same buffer every step).
-    thread_local std::vector<A> act;
-    if (act.size() < n_tokens * nb) act.resize(n_tokens * nb);
-    A* const acts = act.data();
-    if (reference) {
-      for (std::size_t t = 0; t < n_tokens; ++t) quant::quantize_row(x + t * cols, acts + t * nb, cols);
-    } else {
-      // Bit-identical to quantize_row (quant/quantize_acts.hpp); prefill's
-      // tokens are split across threads (the work hint: ~4 operations per
-      // value).
-      parallel_for(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
-        for (std::size_t t = t0; t < t1; ++t) quant::quantize_acts(x + t * cols, acts + t * nb, cols);
-      }, 4 * n_tokens * cols);
-    }
-    const A* a = acts;
+    const A* a = quantize_activations<A>(x, n_tokens, cols, pool, reference);
     const auto* base = static_cast<const std::byte*>(w.data);
     if constexpr (std::is_same_v<A, quant::block_q8_K>) {
 #if defined(KESTREL_KQUANT_PANEL)
@@ -275,6 +348,11 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
 }
 
 inline void quantized_row_to_f32(const weight_view& w, std::size_t row, float* out) {
+  if (w.type == dtype::q4_k_x16) {
+    const std::size_t nb = w.cols / quant::qk_k;
+    return quant::dequantize_x16_row(static_cast<const quant::block_q4_K_x16*>(w.data) + row / 16 * nb, row % 16, nb,
+                                     out);
+  }
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
     const auto* p = reinterpret_cast<const B*>(static_cast<const std::byte*>(w.data) + row * w.row_bytes());

@@ -22,6 +22,7 @@
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/model/concepts.hpp"
 #include "kestrel/model/weights.hpp"
+#include "kestrel/quant/kquant_x16.hpp"
 
 namespace kestrel {
 
@@ -103,6 +104,10 @@ class cpu_backend {
   /// where they are. The norms and biases stay in the mapping (a few KiB per
   /// layer), and so do the token embeddings unless the output matrix is tied
   /// to them (decode reads one row).
+  /// With AVX-512 VNNI, q4_K matrices are not copied as they are but
+  /// interleaved by 16 rows (dtype::q4_k_x16, quant/kquant_x16.hpp: the
+  /// decode kernel that reads them is 1.6-2.2x the row-major one), 2.8%
+  /// larger; the views take the new type.
   void prepare_weights(llama_weights& w) {
     if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
     std::vector<weight_view*> views;
@@ -115,6 +120,7 @@ class cpu_backend {
       const std::byte* src = nullptr;  // null: nothing to place
       std::size_t offset = 0;          // in the copy
       bool first = false;              // the view that copies it
+      dtype type = dtype::f32;         // its type in the copy
     };
     std::vector<place> where;
     std::size_t total = 0;
@@ -122,10 +128,11 @@ class cpu_backend {
       const auto* src = static_cast<const std::byte*>(v->data);
       const auto seen = std::find_if(where.begin(), where.end(), [&](const place& p) { return p.first && p.src == src; });
       if (src == nullptr || v->bytes() == 0 || !w.in_mapping(src, v->bytes())) where.push_back({});
-      else if (seen != where.end()) where.push_back({src, seen->offset, false});
+      else if (seen != where.end()) where.push_back({src, seen->offset, false, seen->type});
       else {
-        where.push_back({src, total, true});
-        total += (v->bytes() + 63) / 64 * 64;
+        const dtype type = copy_type(*v);
+        where.push_back({src, total, true, type});
+        total += (weight_view{type, nullptr, v->rows, v->cols}.bytes() + 63) / 64 * 64;
       }
     }
     if (total == 0) return;
@@ -140,27 +147,66 @@ class cpu_backend {
       if (p.src == nullptr) continue;
       std::byte* const dst = copy->data() + p.offset;
       if (p.first) {
-        // By 2 MiB chunks, each chunk's file pages given back once copied, so
-        // the process never holds a large matrix twice (tied embeddings are
-        // a quarter of a small model). The chunks follow the 2 MiB grid of
-        // the file's addresses, so every whole page of the matrix lies in
-        // one chunk and is given back with it.
-        const std::size_t n = views[i]->bytes(), chunk = huge_page_buffer::huge_page;
-        const std::size_t skew = reinterpret_cast<std::uintptr_t>(p.src) % chunk;
-        cpu::parallel_for(pool_.get(), (skew + n + chunk - 1) / chunk, [&](std::size_t c0, std::size_t c1) {
-          for (std::size_t c = c0; c < c1; ++c) {
-            const std::size_t lo = c == 0 ? 0 : c * chunk - skew, hi = std::min(n, (c + 1) * chunk - skew);
-            std::memcpy(dst + lo, p.src + lo, hi - lo);
-            release_pages(p.src + lo, hi - lo);
-          }
-        }, n);
+        if (p.type != views[i]->type) interleave(*views[i], dst);
+        else copy_matrix(p.src, views[i]->bytes(), dst);
       }
       views[i]->data = dst;
+      views[i]->type = p.type;
     }
     w.copy = std::move(copy);
   }
 
  private:
+  /// The type a matrix gets in prepare_weights' copy.
+  static dtype copy_type(const weight_view& v) noexcept {
+#if defined(KESTREL_KQUANT_X16)
+    if (v.type == dtype::q4_k) return dtype::q4_k_x16;
+#endif
+    return v.type;
+  }
+
+  /// n bytes from the file mapping at src to dst, by 2 MiB chunks, each
+  /// chunk's file pages given back once copied, so the process never holds a
+  /// large matrix twice (tied embeddings are a quarter of a small model).
+  /// The chunks follow the 2 MiB grid of the file's addresses, so every
+  /// whole page of the matrix lies in one chunk and is given back with it.
+  void copy_matrix(const std::byte* src, std::size_t n, std::byte* dst) {
+    const std::size_t chunk = huge_page_buffer::huge_page;
+    const std::size_t skew = reinterpret_cast<std::uintptr_t>(src) % chunk;
+    cpu::parallel_for(pool_.get(), (skew + n + chunk - 1) / chunk, [&](std::size_t c0, std::size_t c1) {
+      for (std::size_t c = c0; c < c1; ++c) {
+        const std::size_t lo = c == 0 ? 0 : c * chunk - skew, hi = std::min(n, (c + 1) * chunk - skew);
+        std::memcpy(dst + lo, src + lo, hi - lo);
+        release_pages(src + lo, hi - lo);
+      }
+    }, n);
+  }
+
+  /// A q4_K matrix (in the file mapping) interleaved into dst as q4_k_x16,
+  /// the threads splitting the panels; as copy_matrix, the file's pages are
+  /// given back as their rows are packed (the whole pages inside each
+  /// thread's share, then every page of the matrix once all are done).
+  void interleave([[maybe_unused]] const weight_view& v, [[maybe_unused]] std::byte* dst) {
+#if defined(KESTREL_KQUANT_X16)
+    const auto* src = static_cast<const std::byte*>(v.data);
+    const std::size_t nb = v.cols / quant::qk_k, row_bytes = v.row_bytes(), n_panels = (v.rows + 15) / 16;
+    auto* out = reinterpret_cast<quant::block_q4_K_x16*>(dst);
+    // Panels in runs of about 2 MiB of source, so pages go back as the copy proceeds.
+    const std::size_t run = std::max<std::size_t>(1, huge_page_buffer::huge_page / (16 * row_bytes));
+    cpu::parallel_for(pool_.get(), (n_panels + run - 1) / run, [&](std::size_t r0, std::size_t r1) {
+      for (std::size_t r = r0; r < r1; ++r) {
+        const std::size_t p0 = r * run, p1 = std::min(n_panels, p0 + run);
+        for (std::size_t p = p0; p < p1; ++p)
+          quant::pack_x16(src + 16 * p * row_bytes, row_bytes, std::min<std::size_t>(16, v.rows - 16 * p), nb,
+                          out + p * nb);
+        const std::size_t lo = 16 * p0 * row_bytes, hi = std::min(v.rows, 16 * p1) * row_bytes;
+        release_pages(src + lo, hi - lo);
+      }
+    }, v.rows * row_bytes);
+    release_pages(src, v.bytes());
+#endif
+  }
+
   std::unique_ptr<cpu::thread_pool> pool_;  // behind a pointer so the backend can move into a model
   weight_placement placement_;
 };

@@ -1,0 +1,282 @@
+// kestrel/quant/kquant_x16.hpp: q4_K with 16 rows interleaved ("q4_K_x16",
+// dtype::q4_k_x16), the layout cpu_backend gives a file's q4_K matrices when
+// it copies them at load (model/backend.hpp), and its dots against q8_K
+// activations:
+//
+//   quant::pack_x16(rows, row_bytes, n_rows, nb, panel);      // 16 q4_K rows -> nb x16 blocks
+//   quant::unpack_x16(panel, r, nb, row);                     // and back, bit for bit
+//   quant::ref::vec_dot_x16(panel, r, a, n);                  // the scalar twin: row r of a panel
+//   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // AVX-512 VNNI
+//
+// Why: quant/kquants.hpp's row-major kernel spends two 256-bit multiplies
+// per 32 weights (vpmaddubsw, then the sub-block scale by vpdpwssd) plus a
+// shuffle for the scale, about 19 cycles per 144-byte block on Zen 4: 20-23
+// GB/s a core, below the ~25 GB/s a core that decode's weights stream at,
+// so Q4_K_M decode stayed at 0.74-0.81 of the bandwidth bound. With a row
+// per int32 lane the scale is one vpmulld per 16 rows x 32 values, as in the
+// prefill panels (quant/kquant_panels.hpp), and the codes stay 4-bit: a
+// 64-byte load holds 16 rows x 8 codes, its low nibbles values 4g .. 4g + 3
+// of a sub-block and its high nibbles values 16 + 4g .. 16 + 4g + 3, so one
+// vpandd each gives vpdpbusd its operand (the high nibbles as 16 x code,
+// shifted back exactly once the chain is summed). Measured before wiring it
+// in (/tmp prototype, one thread, 5632 x 2048 in L3): 35.8 GB/s against the
+// row-major kernel's 21.7 (1.65x); two threads 59.0 against 26.4.
+//
+// The layout of one x16 block (16 rows, values 256 b .. 256 b + 255 of each;
+// 2368 bytes, 16 rows of q4_K take 2304): qs[u][g][r] holds row r's codes
+// 32u + 4g + j (low nibble of byte j) and 32u + 16 + 4g + j (high nibble),
+// j < 4; scales[u][r] and mins[u / 2][r][u % 2] the 6-bit scale and min of
+// sub-block u, one per byte (so one vpmovzx widens a sub-block's 16 scales,
+// and the mins land as the int16 pairs vpdpwssd takes); d and dmin per row.
+// A panel's rows past the matrix's are zero (d = dmin = 0). A matrix of R
+// rows is ceil(R / 16) panels, each nb blocks of its 16 rows, panel after
+// panel: weight_view's row_bytes() is a panel's bytes / 16, so rows_from a
+// multiple of 16 still finds its panel.
+//
+// Arithmetic per (row, token) and block, as the prefill panels': S = sum_u
+// sc_u sum_{i in u} v_i a_i exactly in int32 (|S| <= 256 * 15 * 63 * 128 <
+// 2^25), C = sum_u m_u (bsum_2u + bsum_2u+1) exactly, acc = fma(d d8,
+// float(S), acc), accm = fma(-dmin d8, float(C), accm), result acc + accm:
+// within gamma_(nb + 3) T of the exact dot (T and the derivation in
+// tests/quant/test_kquants_simd.cpp). Each token's instruction sequence is
+// the same for every group size, so a token's result does not depend on the
+// tokens beside it.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "kestrel/core/dtype.hpp"
+#include "kestrel/quant/kquant_panels.hpp"
+#include "kestrel/quant/kquants_format.hpp"
+#include "kestrel/quant/ref/kquants.hpp"
+#include "kestrel/quant/token_groups.hpp"
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
+#include <immintrin.h>
+#define KESTREL_KQUANT_X16 1
+#endif
+
+namespace kestrel::quant {
+
+inline constexpr std::size_t x16_rows = 16;
+
+struct alignas(64) block_q4_K_x16 {
+  std::uint8_t qs[8][4][16][4];  // [sub-block u][g][row r][j]: lo nibble 32u + 4g + j, hi 32u + 16 + 4g + j
+  std::uint8_t scales[8][16];    // [u][r]
+  std::uint8_t mins[4][16][2];   // [u / 2][r][u % 2]
+  f16 d[16], dmin[16];
+};
+static_assert(sizeof(block_q4_K_x16) == 2368);
+static_assert(sizeof(block_q4_K_x16) == x16_rows * block_bytes(dtype::q4_k_x16),
+              "dtype.hpp's q4_k_x16 block is a sixteenth of an x16 block");
+
+/// Rows [0, n_rows) of a q4_K matrix (rows row_bytes apart, nb blocks each;
+/// 1 <= n_rows <= 16) as nb x16 blocks; the rows past n_rows are zero.
+inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
+                     block_q4_K_x16* out) noexcept {
+  for (std::size_t b = 0; b < nb; ++b) {
+    block_q4_K_x16& o = out[b];
+    std::memset(&o, 0, sizeof o);
+    for (std::size_t r = 0; r < n_rows; ++r) {
+      const block_q4_K& x = reinterpret_cast<const block_q4_K*>(rows + r * row_bytes)[b];
+      for (int u = 0; u < 8; ++u) {
+        // sub-block u: values 64c + 32t + k are nibble t of qs[32c + k]
+        const std::uint8_t* q = x.qs + 32 * (u / 2);
+        const int t = 4 * (u % 2);
+        for (int g = 0; g < 4; ++g)
+          for (int j = 0; j < 4; ++j)
+            o.qs[u][g][r][j] = static_cast<std::uint8_t>(((q[4 * g + j] >> t) & 0xF) | (((q[16 + 4 * g + j] >> t) & 0xF) << 4));
+        std::uint8_t sc, m;
+        detail::get_scale_min_k4(u, x.scales, sc, m);
+        o.scales[u][r] = sc;
+        o.mins[u / 2][r][u % 2] = m;
+      }
+      o.d[r] = x.d;
+      o.dmin[r] = x.dmin;
+    }
+  }
+}
+
+/// Row r (< 16) of a panel's nb x16 blocks back as nb q4_K blocks, bit for
+/// bit what pack_x16 read.
+inline void unpack_x16(const block_q4_K_x16* panel, std::size_t r, std::size_t nb, block_q4_K* out) noexcept {
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q4_K_x16& p = panel[b];
+    block_q4_K& x = out[b];
+    std::uint8_t sc[8], m[8];
+    for (int u = 0; u < 8; ++u) {
+      std::uint8_t* q = x.qs + 32 * (u / 2);
+      const int t = 4 * (u % 2);
+      const std::uint8_t keep = u % 2 ? 0x0F : 0xF0;  // the other sub-block's nibble of the same bytes
+      for (int g = 0; g < 4; ++g)
+        for (int j = 0; j < 4; ++j) {
+          const std::uint8_t v = p.qs[u][g][r][j];
+          q[4 * g + j] = static_cast<std::uint8_t>((q[4 * g + j] & keep) | ((v & 0xF) << t));
+          q[16 + 4 * g + j] = static_cast<std::uint8_t>((q[16 + 4 * g + j] & keep) | ((v >> 4) << t));
+        }
+      sc[u] = p.scales[u][r];
+      m[u] = p.mins[u / 2][r][u % 2];
+    }
+    detail::set_scale_min_k4(x.scales, sc, m);
+    x.d = p.d[r];
+    x.dmin = p.dmin[r];
+  }
+}
+
+namespace ref {
+/// The scalar twin of the x16 kernels: row r of a panel against a, n
+/// values: ref::vec_dot of the row unpacked, so exactly the q4_K row's twin.
+inline float vec_dot_x16(const block_q4_K_x16* panel, std::size_t r, const block_q8_K* a, std::size_t n) {
+  quant::detail::check_n(n, "vec_dot_x16");
+  std::vector<block_q4_K> row(n / qk_k);
+  unpack_x16(panel, r, row.size(), row.data());
+  return ref::vec_dot(row.data(), a, n);
+}
+}  // namespace ref
+
+/// Row r of an x16 panel (nb blocks) as n = 256 nb floats.
+inline void dequantize_x16_row(const block_q4_K_x16* panel, std::size_t r, std::size_t nb, float* y) {
+  for (std::size_t b = 0; b < nb; ++b) {
+    block_q4_K x;
+    unpack_x16(panel + b, r, 1, &x);
+    dequantize_row(&x, y + b * qk_k, qk_k);
+  }
+}
+
+#if defined(KESTREL_KQUANT_X16)
+namespace detail::x16 {
+
+/// Tokens per pass over a panel's codes: per token two chains (s0, s1), tot,
+/// acc and accm, beside the codes' two registers: 4 tokens take 22 of the
+/// 32 zmm.
+inline constexpr std::size_t token_group = 4;
+
+/// The int16 pairs (bsum_4j + bsum_4j+1, bsum_4j+2 + bsum_4j+3), j < 4, of a
+/// q8_K block: sub-blocks 2j and 2j + 1's activation sums, as vpdpwssd
+/// meets them with the mins (|sum| <= 32 * 128, an int16).
+inline void bsum_pairs(const block_q8_K& a, std::int32_t* out) noexcept {
+  for (int j = 0; j < 4; ++j) {
+    const std::int16_t p[2] = {static_cast<std::int16_t>(a.bsums[4 * j] + a.bsums[4 * j + 1]),
+                               static_cast<std::int16_t>(a.bsums[4 * j + 2] + a.bsums[4 * j + 3])};
+    std::memcpy(out + j, p, 4);
+  }
+}
+
+/// Blocks ahead of the one in use that x16_group asks into L2: a panel's
+/// blocks and the next panel's follow each other in memory, so this streams
+/// the matrix ahead of the kernel. Measured (/tmp prototype, 65536 x 2048
+/// in huge pages, two threads, alternated in one process against a plain
+/// read of the same bytes): without it the kernel read at 0.63-0.79 of the
+/// plain read's rate (its loads come in bursts, 32 per block, between
+/// stretches of arithmetic, and the hardware prefetcher did not keep up);
+/// 2 blocks ahead 0.77-0.90, 8 ahead 0.92-1.0, 16 ahead 0.94-1.04.
+inline constexpr std::size_t prefetch_blocks = 8;
+
+/// Asks for block b + prefetch_blocks of p into L2, one prefetch per line
+/// (a prefetch past the matrix's end does not fault and is dropped).
+inline void prefetch_ahead(const block_q4_K_x16* p, std::size_t b) noexcept {
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + prefetch_blocks) * sizeof(block_q4_K_x16);
+  for (std::size_t i = 0; i < sizeof(block_q4_K_x16) / 64; ++i)
+    _mm_prefetch(reinterpret_cast<const char*>(at + 64 * i), _MM_HINT_T1);
+}
+
+/// acc[t] (lane r) = the dot of row r with token t < NT over blocks [0, nb)
+/// (the arithmetic in the header).
+template <std::size_t NT>
+inline void x16_group(const block_q4_K_x16* p, const block_q8_K* a, std::size_t nb, std::size_t stride,
+                      __m512* acc) noexcept {
+  __m512 accm[NT];
+  for (std::size_t t = 0; t < NT; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
+  const __m512i lo_mask = _mm512_set1_epi8(0x0f), hi_mask = _mm512_set1_epi8(static_cast<char>(0xf0));
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q4_K_x16& pb = p[b];
+    prefetch_ahead(p, b);
+    __m512i tot[NT];
+    for (std::size_t t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    for (int u = 0; u < 8; ++u) {
+      __m512i s0[NT], s1[NT];
+      for (std::size_t t = 0; t < NT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+      for (int g = 0; g < 4; ++g) {
+        const __m512i codes = _mm512_load_si512(pb.qs[u][g]);
+        const __m512i lo = _mm512_and_si512(codes, lo_mask), hi = _mm512_and_si512(codes, hi_mask);
+        for (std::size_t t = 0; t < NT; ++t) {
+          const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+          s0[t] = dpbusd_bcast(s0[t], lo, q);
+          s1[t] = dpbusd_bcast(s1[t], hi, q + 16);  // 16 x the high codes' sum: exact, shifted back below
+        }
+      }
+      const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u])));
+      for (std::size_t t = 0; t < NT; ++t)
+        tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0[t], _mm512_srai_epi32(s1[t], 4)), sc));
+    }
+    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.d)));
+    const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.dmin)));
+    __m512i mins[4];
+    for (int j = 0; j < 4; ++j) mins[j] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.mins[j])));
+    for (std::size_t t = 0; t < NT; ++t) {
+      const block_q8_K& ab = a[t * stride + b];
+      alignas(16) std::int32_t pairs[4];
+      bsum_pairs(ab, pairs);
+      __m512i corr = _mm512_setzero_si512();
+      for (int j = 0; j < 4; ++j) corr = _mm512_dpwssd_epi32(corr, mins[j], _mm512_set1_epi32(pairs[j]));
+      accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(-ab.d)), _mm512_cvtepi32_ps(corr), accm[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab.d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+    }
+  }
+  for (std::size_t t = 0; t < NT; ++t) acc[t] = _mm512_add_ps(acc[t], accm[t]);
+}
+
+/// A panel (nb x16 blocks, n_rows valid rows) against tokens [0, n_tokens)
+/// (nb q8_K blocks each, consecutive) in groups of token_group (then 2, 1):
+/// out[t * out_stride + r] for r < n_rows.
+inline void x16_tokens(const block_q4_K_x16* p, std::size_t n_rows, const block_q8_K* a, std::size_t nb,
+                       std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
+  const __mmask16 valid = panel_row_mask(n_rows);
+  __m512 acc[token_group];
+  auto group = [&]<std::size_t NT>(std::size_t t) {
+    x16_group<NT>(p, a + t * nb, nb, nb, acc);
+    for (std::size_t i = 0; i < NT; ++i) _mm512_mask_storeu_ps(out + (t + i) * out_stride, valid, acc[i]);
+  };
+  for_token_groups<token_group>(n_tokens, group);
+}
+
+#if defined(KESTREL_KQUANT_PANEL)
+/// An x16 panel's nb blocks as the prefill panels' packed blocks
+/// (quant/kquant_panels.hpp), equal to what pack_kpanel<block_q4_K> makes
+/// of the same 16 rows lane for lane (padding rows aside: zero here, the
+/// last row repeated there), so prefill gives the same bits from either
+/// layout. No transposes: the x16 layout already has a row per lane.
+inline void pack_kpanel(const block_q4_K_x16* p, std::size_t nb, kp::kpanel_block* dst) noexcept {
+  const __m512i lo_mask = _mm512_set1_epi8(0x0f), low16 = _mm512_set1_epi32(0xffff);
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q4_K_x16& x = p[b];
+    kp::kpanel_block& o = dst[b];
+    for (int u = 0; u < 8; ++u) {
+      for (int g = 0; g < 4; ++g) {
+        const __m512i codes = _mm512_load_si512(x.qs[u][g]);
+        o.codes[8 * u + g] = _mm512_and_si512(codes, lo_mask);
+        o.codes[8 * u + 4 + g] = _mm512_and_si512(_mm512_srli_epi16(codes, 4), lo_mask);
+      }
+      o.scale[2 * u] = o.scale[2 * u + 1] = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(x.scales[u])));
+    }
+    for (int j = 0; j < 4; ++j) {
+      // lane r: the int16 pair (m_2j, m_2j+1); coef[2j] wants (m_2j, m_2j), coef[2j + 1] (m_2j+1, m_2j+1)
+      const __m512i m = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.mins[j])));
+      const __m512i even = _mm512_and_si512(m, low16), odd = _mm512_srli_epi32(m, 16);
+      o.coef[2 * j] = _mm512_or_si512(even, _mm512_slli_epi32(even, 16));
+      o.coef[2 * j + 1] = _mm512_or_si512(odd, _mm512_slli_epi32(odd, 16));
+    }
+    o.d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.d)));
+    o.dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.dmin)));
+  }
+}
+#endif
+
+}  // namespace detail::x16
+#endif
+
+}  // namespace kestrel::quant
