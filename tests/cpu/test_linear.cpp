@@ -261,7 +261,7 @@ TEST_CASE("cpu: k-quant matvec / matmul == scalar twins") {
   check_kquant_linear<q::block_q6_K>(dtype::q6_k);
 }
 
-// ---- q4_K interleaved by 16 rows (dtype::q4_k_x16, quant/kquant_x16.hpp) ----
+// ---- q4_K and q6_K interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16, quant/kquant_x16.hpp) ----
 //
 // The same matrix row-major and interleaved: the interleaved matmul /
 // matvec / fused forms within kquant_tol of the row-major scalar twin (the
@@ -273,32 +273,35 @@ TEST_CASE("cpu: k-quant matvec / matmul == scalar twins") {
 
 namespace {
 
+template <class X>
 struct x16_weight {
-  std::vector<q::block_q4_K_x16> panels;
+  using B = typename q::x16_source<X>::type;
+  std::vector<X> panels;
   kestrel::weight_view view;
-  explicit x16_weight(const kquant_weight<q::block_q4_K>& w) {
+  x16_weight(const kquant_weight<B>& w, dtype type) {
     const std::size_t rows = w.view.rows, nb = w.view.cols / q::qk_k, n_panels = (rows + 15) / 16;
     panels.resize(n_panels * nb);
     for (std::size_t p = 0; p < n_panels; ++p)
-      q::pack_x16(reinterpret_cast<const std::byte*>(w.blocks.data() + 16 * p * nb), nb * sizeof(q::block_q4_K),
+      q::pack_x16(reinterpret_cast<const std::byte*>(w.blocks.data() + 16 * p * nb), nb * sizeof(B),
                   std::min<std::size_t>(16, rows - 16 * p), nb, panels.data() + p * nb);
-    view = {dtype::q4_k_x16, panels.data(), rows, w.view.cols};
-    REQUIRE(view.bytes() == panels.size() * sizeof(q::block_q4_K_x16));
+    view = {type, panels.data(), rows, w.view.cols};
+    REQUIRE(view.bytes() == panels.size() * sizeof(X));
   }
 };
 
-}  // namespace
-
-TEST_CASE("cpu: q4_K_x16 matvec / matmul / fused forms == the q4_K scalar twin") {
+template <class X>
+void check_x16_linear(dtype row_major, dtype interleaved) {
+  using B = typename q::x16_source<X>::type;
   cpu::thread_pool pool2(2), pool3(3);
   struct shape { std::size_t rows, cols; };
   const shape shapes[] = {{1, 256}, {5, 512}, {17, 1024}, {64, 2048}, {33, 4096}, {3, 4096}};
   for (auto [rows, cols] : shapes)
-    for (std::size_t n_tokens : {1, 2, 3, 5, 8, 17, 61}) {
+    for (std::size_t n_tokens : {1, 2, 3, 5, 8, 17, 33, 61}) {
       if (n_tokens == 61 && rows != 3) continue;  // 61 x 4096: past a token tile; the twin's share kept quick
+      if (n_tokens == 33 && rows * cols > 64 * 1024) continue;
       const auto seed = static_cast<std::uint32_t>(rows * 37 + cols + n_tokens);
-      kquant_weight<q::block_q4_K> w(dtype::q4_k, rows, cols, seed);
-      x16_weight wx(w);
+      kquant_weight<B> w(row_major, rows, cols, seed);
+      x16_weight<X> wx(w, interleaved);
       const auto x = random_floats(n_tokens * cols, seed + 5);
       const std::size_t n = n_tokens * rows;
       std::vector<float> want(n), twin(n, -1.0f), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
@@ -307,12 +310,12 @@ TEST_CASE("cpu: q4_K_x16 matvec / matmul / fused forms == the q4_K scalar twin")
       cpu::matmul(wx.view, x.data(), n_tokens, got.data(), nullptr);
       cpu::matmul(wx.view, x.data(), n_tokens, got2.data(), &pool2);
       cpu::matmul(wx.view, x.data(), n_tokens, got3.data(), &pool3);
-      INFO("rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
+      INFO(kestrel::name_of(interleaved) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
       CHECK(twin == want);
       kestrel::test::check_within(got.data(), want.data(), kquant_tol(w, x, n_tokens), n);
       CHECK(got2 == got);
       CHECK(got3 == got);
-      if (n_tokens >= q::kpanel_min_tokens<q::block_q4_K>) {
+      if (n_tokens >= q::kpanel_min_tokens<B>) {
         // prefill: the row-major q4_K's panels, packed from x16: the same bits
         std::vector<float> row_major(n, -1.0f);
         cpu::matmul(w.view, x.data(), n_tokens, row_major.data(), &pool2);
@@ -330,7 +333,7 @@ TEST_CASE("cpu: q4_K_x16 matvec / matmul / fused forms == the q4_K scalar twin")
         // fused with a row-major matrix of another row count, and SwiGLU
         // with an interleaved gate and a row-major up: row blocks of 16 and 4
         std::vector<float> y0(rows, -1.0f), y1(cols, -1.0f), h(rows), up(rows), h_want(rows), up_want(rows);
-        kquant_weight<q::block_q4_K> other(dtype::q4_k, cols / 64 + 1, cols, seed + 9);
+        kquant_weight<B> other(row_major, cols / 64 + 1, cols, seed + 9);
         const cpu::matvec_job jobs[] = {{&wx.view, y0.data()}, {&other.view, y1.data()}};
         cpu::matvec_fused(jobs, x.data(), &pool3);
         CHECK(std::equal(y0.begin(), y0.end(), got.begin()));
@@ -349,6 +352,13 @@ TEST_CASE("cpu: q4_K_x16 matvec / matmul / fused forms == the q4_K scalar twin")
         CHECK(r0 == r1);
       }
     }
+}
+
+}  // namespace
+
+TEST_CASE("cpu: q4_K_x16 / q6_K_x16 matvec / matmul / fused forms == the row-major scalar twins") {
+  check_x16_linear<q::block_q4_K_x16>(dtype::q4_k, dtype::q4_k_x16);
+  check_x16_linear<q::block_q6_K_x16>(dtype::q6_k, dtype::q6_k_x16);
 }
 
 // ---- legacy weights (q4_0, q4_1, q5_0, q5_1, q8_0) ----

@@ -300,63 +300,66 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
   }
 }
 
-TEST_CASE("q4_K matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {
-  // A q4_K model with the output tied to the embeddings (so the embedding
-  // lookup reads the interleaved matrix too), through a GGUF file.
-  const auto hp = test::random_llama_shape();
-  auto mem = test::quantized_copy(test::random_llama(hp, dtype::f32, 7), dtype::q4_k);
-  mem.output = mem.token_embd;
-  const auto path = test::scratch_dir("placement") / "tied_q4_k.gguf";
-  write_gguf(mem, path);
-  const llama_weights file = load_gguf_weights(std::make_shared<const io::gguf_file>(path));
-  REQUIRE(file.output.type == dtype::q4_k);
-  llama_weights moved = file;
-  cpu_backend(2).prepare_weights(moved);
-#if defined(KESTREL_KQUANT_X16)
-  const dtype want_type = transparent_huge_pages() ? dtype::q4_k_x16 : dtype::q4_k;
-#else
-  const dtype want_type = dtype::q4_k;  // the interleaved kernels need AVX-512 VNNI
-#endif
-  MESSAGE("q4_K matrices after prepare_weights: " << name_of(want_type));
-  auto same_rows = [](const weight_view& a, const weight_view& b) {
-    std::vector<float> ra(a.cols), rb(b.cols);
-    bool same = a.rows == b.rows && a.cols == b.cols;
-    for (std::size_t r = 0; same && r < a.rows; ++r) {
-      cpu::row_to_f32(a, r, ra.data());
-      cpu::row_to_f32(b, r, rb.data());
-      same = ra == rb;
+TEST_CASE("q4_K and q6_K matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {
+  // A q4_K (then q6_K) model with the output tied to the embeddings (so the
+  // embedding lookup reads the interleaved matrix too), through a GGUF file.
+  for (const auto [type, interleaved] : {std::pair{dtype::q4_k, dtype::q4_k_x16}, std::pair{dtype::q6_k, dtype::q6_k_x16}}) {
+    CAPTURE(name_of(type));
+    const auto hp = test::random_llama_shape();
+    auto mem = test::quantized_copy(test::random_llama(hp, dtype::f32, 7), type);
+    mem.output = mem.token_embd;
+    const auto path = test::scratch_dir("placement") / (std::string("tied_") + std::string(name_of(type)) + ".gguf");
+    write_gguf(mem, path);
+    const llama_weights file = load_gguf_weights(std::make_shared<const io::gguf_file>(path));
+    REQUIRE(file.output.type == type);
+    llama_weights moved = file;
+    cpu_backend(2).prepare_weights(moved);
+  #if defined(KESTREL_KQUANT_X16)
+    const dtype want_type = transparent_huge_pages() ? interleaved : type;
+  #else
+    const dtype want_type = type;  // the interleaved kernels need AVX-512 VNNI
+  #endif
+    MESSAGE(name_of(type) << " matrices after prepare_weights: " << name_of(want_type));
+    auto same_rows = [](const weight_view& a, const weight_view& b) {
+      std::vector<float> ra(a.cols), rb(b.cols);
+      bool same = a.rows == b.rows && a.cols == b.cols;
+      for (std::size_t r = 0; same && r < a.rows; ++r) {
+        cpu::row_to_f32(a, r, ra.data());
+        cpu::row_to_f32(b, r, rb.data());
+        same = ra == rb;
+      }
+      return same;
+    };
+    for (std::size_t l = 0; l < hp.n_layer; ++l) {
+      CAPTURE(l);
+      const auto ma = file.layers[l].matrices();
+      const auto mb = std::as_const(moved.layers[l]).matrices();
+      for (std::size_t m = 0; m < ma.size(); ++m) {
+        if (ma[m]->type != type) continue;
+        CHECK(mb[m]->type == want_type);
+        CHECK(same_rows(*mb[m], *ma[m]));
+      }
     }
-    return same;
-  };
-  for (std::size_t l = 0; l < hp.n_layer; ++l) {
-    CAPTURE(l);
-    const auto ma = file.layers[l].matrices();
-    const auto mb = std::as_const(moved.layers[l]).matrices();
-    for (std::size_t m = 0; m < ma.size(); ++m) {
-      if (ma[m]->type != dtype::q4_k) continue;
-      CHECK(mb[m]->type == want_type);
-      CHECK(same_rows(*mb[m], *ma[m]));
-    }
-  }
-  CHECK(moved.output.type == want_type);
-  CHECK(moved.token_embd.type == want_type);  // tied: one copy, one type
-  CHECK(moved.output.data == moved.token_embd.data);
-  CHECK(same_rows(moved.output, file.output));
+    CHECK(moved.output.type == want_type);
+    CHECK(moved.token_embd.type == want_type);  // tied: one copy, one type
+    CHECK(moved.output.data == moved.token_embd.data);
+    CHECK(same_rows(moved.output, file.output));
 
-  // End to end against the scalar twins on the file's row-major matrices.
-  const auto seq = some_tokens(24, hp.n_vocab);
-  llama_model<> fast(file, 64, cpu_backend(2));
-  CHECK(fast.weights().layers[0].wq.type == want_type);
-  llama_model<dynamic_llama_config, cpu_ref_backend> ref(file, 64, cpu_ref_backend());
-  const auto a = fast.prefill_all_logits(seq);
-  const auto b = ref.prefill_all_logits(seq);
-  const double extra = activation_flip_bound(hp);
-  for (std::size_t i = 0; i < seq.size(); ++i) {
-    const std::span<const float> ai(a.data() + i * hp.n_vocab, hp.n_vocab), bi(b.data() + i * hp.n_vocab, hp.n_vocab);
-    REQUIRE(nmse(ai, bi) <= nmse_bound(hp, i + 1) + extra);
+    // End to end against the scalar twins on the file's row-major matrices.
+    const auto seq = some_tokens(24, hp.n_vocab);
+    llama_model<> fast(file, 64, cpu_backend(2));
+    CHECK(fast.weights().layers[0].wq.type == want_type);
+    llama_model<dynamic_llama_config, cpu_ref_backend> ref(file, 64, cpu_ref_backend());
+    const auto a = fast.prefill_all_logits(seq);
+    const auto b = ref.prefill_all_logits(seq);
+    const double extra = activation_flip_bound(hp);
+    for (std::size_t i = 0; i < seq.size(); ++i) {
+      const std::span<const float> ai(a.data() + i * hp.n_vocab, hp.n_vocab), bi(b.data() + i * hp.n_vocab, hp.n_vocab);
+      REQUIRE(nmse(ai, bi) <= nmse_bound(hp, i + 1) + extra);
+    }
+    llama_model<> fast2(file, 64, cpu_backend(2));
+    check_decode_matches_prefill(fast2, hp, extra);
   }
-  llama_model<> fast2(file, 64, cpu_backend(2));
-  check_decode_matches_prefill(fast2, hp, extra);
 }
 
 TEST_CASE("the tolerance is tight enough to see a subtly wrong RoPE") {

@@ -348,42 +348,44 @@ TEST_CASE("kquant panels (prefill): the largest integer sums") {
 }
 #endif
 
-// ---- q4_K interleaved by 16 rows (quant/kquant_x16.hpp) ----
+// ---- q4_K and q6_K interleaved by 16 rows (quant/kquant_x16.hpp) ----
 //
-// pack_x16 / unpack_x16 are inverse bit for bit on any bytes (q4_K uses every
-// bit of its blocks); the twin ref::vec_dot_x16 is ref::vec_dot of the
-// unpacked row, so equal to it bit for bit. The AVX-512 kernel rounds as the
-// prefill panels do (float(S), d * d8, one FMA per block, the final sum):
-// within gamma_(nb+3) T of exact and (gamma_(nb+3) + gamma_(nb+20)) T of the
-// twin.
+// pack_x16 / unpack_x16 are inverse bit for bit on any bytes (q4_K and q6_K
+// use every bit of their blocks); the twin ref::vec_dot_x16 is ref::vec_dot
+// of the unpacked row, so equal to it bit for bit. The AVX-512 kernel rounds
+// as the prefill panels do (float(S), d * d8, one FMA per block, and with
+// mins a second chain and the final sum): within gamma_(nb+3) T of exact and
+// (gamma_(nb+3) + gamma_(nb+20)) T of the twin. Packed into the prefill
+// panels' blocks, an x16 panel gives the same bits as the row-major rows.
 
 namespace {
 
-/// rows q4_K rows of nb blocks as ceil(rows / 16) panels of nb x16 blocks.
-std::vector<q::block_q4_K_x16> pack_rows(const std::vector<q::block_q4_K>& w, std::size_t rows, std::size_t nb) {
+/// rows row-major rows of nb blocks as ceil(rows / 16) panels of nb x16 blocks.
+template <class X, class B>
+std::vector<X> pack_rows(const std::vector<B>& w, std::size_t rows, std::size_t nb) {
   const std::size_t n_panels = (rows + 15) / 16;
-  std::vector<q::block_q4_K_x16> out(n_panels * nb);
+  std::vector<X> out(n_panels * nb);
   for (std::size_t p = 0; p < n_panels; ++p)
-    q::pack_x16(reinterpret_cast<const std::byte*>(w.data() + 16 * p * nb), nb * sizeof(q::block_q4_K),
+    q::pack_x16(reinterpret_cast<const std::byte*>(w.data() + 16 * p * nb), nb * sizeof(B),
                 std::min<std::size_t>(16, rows - 16 * p), nb, out.data() + p * nb);
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("q4_K_x16: pack then unpack gives every row back bit for bit; padding rows are zero") {
-  std::mt19937 rng(301);
+template <class X>
+void check_x16_roundtrip(const char* name, std::uint32_t seed) {
+  using B = typename q::x16_source<X>::type;
+  std::mt19937 rng(seed);
   for (std::size_t nb : {1, 3, 8})
     for (std::size_t rows : {1, 7, 16, 19, 40}) {
-      const auto w = random_blocks<q::block_q4_K>(rows * nb, rng);
-      const auto packed = pack_rows(w, rows, nb);
-      INFO("nb " << nb << " rows " << rows);
+      const auto w = random_blocks<B>(rows * nb, rng);
+      const auto packed = pack_rows<X>(w, rows, nb);
+      INFO(name << " nb " << nb << " rows " << rows);
       bool same = true;
-      std::vector<q::block_q4_K> back(nb);
+      std::vector<B> back(nb);
       for (std::size_t r = 0; r < rows; ++r) {
         q::unpack_x16(packed.data() + r / 16 * nb, r % 16, nb, back.data());
-        same = same && std::memcmp(back.data(), w.data() + r * nb, nb * sizeof(q::block_q4_K)) == 0;
-        // the dequantized row and the twin's dot agree with the row-major ones bit for bit
+        same = same && std::memcmp(back.data(), w.data() + r * nb, nb * sizeof(B)) == 0;
+        // the dequantized row agrees with the row-major one bit for bit
         std::vector<float> d0(nb * q::qk_k), d1(nb * q::qk_k);
         q::dequantize_row(w.data() + r * nb, d0.data(), d0.size());
         q::dequantize_x16_row(packed.data() + r / 16 * nb, r % 16, nb, d1.data());
@@ -394,7 +396,7 @@ TEST_CASE("q4_K_x16: pack then unpack gives every row back bit for bit; padding 
       for (std::size_t r = rows; r % 16 != 0; ++r) {
         q::unpack_x16(packed.data() + r / 16 * nb, r % 16, nb, back.data());
         const auto* bytes = reinterpret_cast<const std::uint8_t*>(back.data());
-        zero_pad = zero_pad && std::all_of(bytes, bytes + nb * sizeof(q::block_q4_K), [](std::uint8_t b) { return b == 0; });
+        zero_pad = zero_pad && std::all_of(bytes, bytes + nb * sizeof(B), [](std::uint8_t b) { return b == 0; });
       }
       CHECK(zero_pad);
       const auto a = random_activations(nb, rng);
@@ -404,10 +406,18 @@ TEST_CASE("q4_K_x16: pack then unpack gives every row back bit for bit; padding 
     }
 }
 
+}  // namespace
+
+TEST_CASE("x16 layouts: pack then unpack gives every row back bit for bit; padding rows are zero") {
+  check_x16_roundtrip<q::block_q4_K_x16>("q4_K", 301);
+  check_x16_roundtrip<q::block_q6_K_x16>("q6_K", 311);
+}
+
 #if defined(KESTREL_KQUANT_X16)
 namespace {
 
-std::vector<float> x16_dots(const std::vector<q::block_q4_K_x16>& packed, std::size_t rows, const q::block_q8_K* a,
+template <class X>
+std::vector<float> x16_dots(const std::vector<X>& packed, std::size_t rows, const q::block_q8_K* a,
                             std::size_t n_tokens, std::size_t nb) {
   std::vector<float> out(n_tokens * rows + 16, -7.0f);
   for (std::size_t p = 0; p < (rows + 15) / 16; ++p)
@@ -416,18 +426,18 @@ std::vector<float> x16_dots(const std::vector<q::block_q4_K_x16>& packed, std::s
   return out;
 }
 
-}  // namespace
-
-TEST_CASE("q4_K_x16 kernel: every row and token within the derived bound of exact and of the twin") {
-  std::mt19937 rng(302);
+template <class X>
+void check_x16_kernel(const char* name, std::uint32_t seed) {
+  using B = typename q::x16_source<X>::type;
+  std::mt19937 rng(seed);
   for (std::size_t nb : {1, 3, 8})
     for (std::size_t rows : {1, 7, 16, 19, 33})
       for (std::size_t n_tokens : {1, 2, 3, 4, 5, 7, 9}) {
-        const auto w = random_blocks<q::block_q4_K>(rows * nb, rng);
-        const auto packed = pack_rows(w, rows, nb);
+        const auto w = random_blocks<B>(rows * nb, rng);
+        const auto packed = pack_rows<X>(w, rows, nb);
         const auto a = random_activations(n_tokens * nb, rng);
         const auto out = x16_dots(packed, rows, a.data(), n_tokens, nb);
-        INFO("nb " << nb << " rows " << rows << " tokens " << n_tokens);
+        INFO(name << " nb " << nb << " rows " << rows << " tokens " << n_tokens);
         bool within = true, alone_same = true;
         for (std::size_t t = 0; t < n_tokens; ++t) {
           const auto one = x16_dots(packed, rows, a.data() + t * nb, 1, nb);
@@ -451,19 +461,49 @@ TEST_CASE("q4_K_x16 kernel: every row and token within the derived bound of exac
         bool tail_untouched = true;
         for (std::size_t i = n_tokens * rows; i < out.size(); ++i) tail_untouched = tail_untouched && out[i] == -7.0f;
         CHECK(tail_untouched);
+#if defined(KESTREL_KQUANT_PANEL)
+        // the prefill panels packed from x16 == packed from the rows, bit for bit
+        if (n_tokens == 9) {
+          namespace kp = q::detail::kp;
+          std::vector<kp::kpanel_block> from_rows(nb), from_x16(nb);
+          std::vector<float> o_rows(n_tokens * 16), o_x16(n_tokens * 16);
+          bool panels_same = true;
+          for (std::size_t p = 0; p < (rows + 15) / 16; ++p) {
+            const std::size_t nr = std::min<std::size_t>(16, rows - 16 * p);
+            kp::pack_kpanel<B>(reinterpret_cast<const std::byte*>(w.data() + 16 * p * nb), nb * sizeof(B), nr, nb,
+                               from_rows.data());
+            q::detail::x16::pack_kpanel(packed.data() + p * nb, nb, from_x16.data());
+            kp::kpanel_tokens<B>(from_rows.data(), nr, a.data(), nb, n_tokens, o_rows.data(), 16);
+            kp::kpanel_tokens<B>(from_x16.data(), nr, a.data(), nb, n_tokens, o_x16.data(), 16);
+            for (std::size_t t = 0; t < n_tokens; ++t)
+              panels_same = panels_same && std::equal(o_rows.begin() + 16 * t, o_rows.begin() + 16 * t + nr,
+                                                      o_x16.begin() + 16 * t);
+          }
+          CHECK(panels_same);
+        }
+#endif
       }
 }
 
-TEST_CASE("q4_K_x16 kernel: the largest integer sums") {
+}  // namespace
+
+TEST_CASE("x16 kernel: every row and token within the derived bound of exact and of the twin") {
+  check_x16_kernel<q::block_q4_K_x16>("q4_K", 302);
+  check_x16_kernel<q::block_q6_K_x16>("q6_K", 312);
+}
+
+TEST_CASE("x16 kernel: the largest integer sums") {
   for_each_extreme([&]<class B>(const char* name, const extreme_case& e) {
-    if constexpr (std::is_same_v<B, q::block_q4_K>) {
+    auto check = [&]<class X>() {
       const auto w = extreme_blocks<B>(4, e);
       const auto a = extreme_acts(4, e.act);
       const exact_dot x = exact(w.data(), a.data(), 4);
-      const float got = x16_dots(pack_rows(w, 1, 4), 1, a.data(), 1, 4)[0];
+      const float got = x16_dots(pack_rows<X>(w, 1, 4), 1, a.data(), 1, 4)[0];
       INFO(name << ": exact " << x.value << " x16 " << got);
       CHECK(std::fabs(got - x.value) <= gamma_n(4 + 3) * x.magnitude);
-    }
+    };
+    if constexpr (std::is_same_v<B, q::block_q4_K>) check.template operator()<q::block_q4_K_x16>();
+    if constexpr (std::is_same_v<B, q::block_q6_K>) check.template operator()<q::block_q6_K_x16>();
   });
 }
 #endif

@@ -192,38 +192,40 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
   return acts;
 }
 
-/// Y(n_tokens, rows) = X W^T with W in q4_K_x16 (quant/kquant_x16.hpp):
+/// Y(n_tokens, rows) = X W^T with W in q4_K_x16 or q6_K_x16 (X, quant/kquant_x16.hpp):
 /// threads split the panels. With AVX-512 VNNI, calls of at least
-/// quant::kpanel_min_tokens<block_q4_K> tokens (prefill) take the prefill
-/// panels of row-major q4_K (quant/kquant_panels.hpp), packed from the x16
-/// panels: the same bits as q4_K's prefill, and 4-8% faster than the x16
+/// quant::kpanel_min_tokens tokens (prefill) take the prefill panels of the
+/// row-major type (quant/kquant_panels.hpp), packed from the x16 panels: the
+/// same bits as the row-major type's prefill, and 4-8% faster than the x16
 /// kernel on 512 tokens (kestrel-bench pp512, Q4_K_M, 110M and TinyLlama
 /// shapes). Shorter calls (decode) take the x16 kernel, tiled for the
 /// caches as the row-major path below (a tile of panels, about 128 KiB,
 /// meets a tile of tokens, about 256 KiB of q8_K activations, 4 tokens at
 /// a time). Without VNNI, and for the reference, the scalar twin per
 /// (row, token).
+template <class X>
 inline void x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
                        bool reference) {
+  using B = typename quant::x16_source<X>::type;
   const std::size_t cols = w.cols, rows = w.rows, nb = cols / quant::qk_k, n_panels = (rows + 15) / 16;
   if (nb == 0) {
     std::fill(y, y + n_tokens * rows, 0.0f);
     return;
   }
   const auto* const a = quantize_activations<quant::block_q8_K>(x, n_tokens, cols, pool, reference);
-  const auto* const panels = static_cast<const quant::block_q4_K_x16*>(w.data);
+  const auto* const panels = static_cast<const X*>(w.data);
   const std::size_t work = n_tokens * rows * cols;
 #if defined(KESTREL_KQUANT_X16)
-  if (!reference && n_tokens >= quant::kpanel_min_tokens<quant::block_q4_K>) {
-    // Prefill: the row-major q4_K's panels, packed from the x16 panels (the
+  if (!reference && n_tokens >= quant::kpanel_min_tokens<B>) {
+    // Prefill: the row-major type's panels, packed from the x16 panels (the
     // same packed blocks, so the same bits as from the file's layout).
     namespace kp = quant::detail::kp;
     packed_panel_tiles<kp::kpanel_block>(
         n_panels, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, work, pool,
         [&](std::size_t p, kp::kpanel_block* dst) { quant::detail::x16::pack_kpanel(panels + p * nb, nb, dst); },
         [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
-          kp::kpanel_tokens<quant::block_q4_K>(src, std::min<std::size_t>(16, rows - 16 * p), a + t0 * nb, nb, nt,
-                                               y + t0 * rows + 16 * p, rows);
+          kp::kpanel_tokens<B>(src, std::min<std::size_t>(16, rows - 16 * p), a + t0 * nb, nb, nt,
+                               y + t0 * rows + 16 * p, rows);
         });
     return;
   }
@@ -231,7 +233,7 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
     namespace qx = quant::detail::x16;
     const std::size_t g = qx::token_group;
     const std::size_t t_tile = std::max(g, (256 * 1024 / (nb * sizeof(quant::block_q8_K))) / g * g);
-    const std::size_t p_tile = std::max<std::size_t>(1, 128 * 1024 / (nb * sizeof(quant::block_q4_K_x16)));
+    const std::size_t p_tile = std::max<std::size_t>(1, 128 * 1024 / (nb * sizeof(X)));
     parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
       for (std::size_t pb = p0; pb < p1; pb += p_tile) {
         const std::size_t pe = std::min(p1, pb + p_tile);
@@ -260,7 +262,8 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
   if (w.cols % block_size(w.type) != 0)
     throw invalid_argument("cpu: a " + std::string(name_of(w.type)) + " row of " + std::to_string(w.cols) +
                            " values is not a whole number of blocks");
-  if (w.type == dtype::q4_k_x16) return x16_linear(w, x, n_tokens, y, pool, reference);
+  if (w.type == dtype::q4_k_x16) return x16_linear<quant::block_q4_K_x16>(w, x, n_tokens, y, pool, reference);
+  if (w.type == dtype::q6_k_x16) return x16_linear<quant::block_q6_K_x16>(w, x, n_tokens, y, pool, reference);
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
     using A = typename activation_block<B>::type;
@@ -348,11 +351,11 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
 }
 
 inline void quantized_row_to_f32(const weight_view& w, std::size_t row, float* out) {
-  if (w.type == dtype::q4_k_x16) {
-    const std::size_t nb = w.cols / quant::qk_k;
-    return quant::dequantize_x16_row(static_cast<const quant::block_q4_K_x16*>(w.data) + row / 16 * nb, row % 16, nb,
-                                     out);
-  }
+  const std::size_t nb = w.cols / quant::qk_k;
+  if (w.type == dtype::q4_k_x16)
+    return quant::dequantize_x16_row(static_cast<const quant::block_q4_K_x16*>(w.data) + row / 16 * nb, row % 16, nb, out);
+  if (w.type == dtype::q6_k_x16)
+    return quant::dequantize_x16_row(static_cast<const quant::block_q6_K_x16*>(w.data) + row / 16 * nb, row % 16, nb, out);
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
     const auto* p = reinterpret_cast<const B*>(static_cast<const std::byte*>(w.data) + row * w.row_bytes());

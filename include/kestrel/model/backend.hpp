@@ -104,10 +104,10 @@ class cpu_backend {
   /// where they are. The norms and biases stay in the mapping (a few KiB per
   /// layer), and so do the token embeddings unless the output matrix is tied
   /// to them (decode reads one row).
-  /// With AVX-512 VNNI, q4_K matrices are not copied as they are but
-  /// interleaved by 16 rows (dtype::q4_k_x16, quant/kquant_x16.hpp: the
-  /// decode kernel that reads them is 1.6-2.2x the row-major one), 2.8%
-  /// larger; the views take the new type.
+  /// With AVX-512 VNNI, q4_K and q6_K matrices are not copied as they are
+  /// but interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16,
+  /// quant/kquant_x16.hpp, 2.8% / 1% larger: decode's kernel for them takes
+  /// a row per lane); the views take the new type.
   void prepare_weights(llama_weights& w) {
     if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
     std::vector<weight_view*> views;
@@ -161,6 +161,7 @@ class cpu_backend {
   static dtype copy_type(const weight_view& v) noexcept {
 #if defined(KESTREL_KQUANT_X16)
     if (v.type == dtype::q4_k) return dtype::q4_k_x16;
+    if (v.type == dtype::q6_k) return dtype::q6_k_x16;
 #endif
     return v.type;
   }
@@ -182,28 +183,32 @@ class cpu_backend {
     }, n);
   }
 
-  /// A q4_K matrix (in the file mapping) interleaved into dst as q4_k_x16,
-  /// the threads splitting the panels; as copy_matrix, the file's pages are
-  /// given back as their rows are packed (the whole pages inside each
-  /// thread's share, then every page of the matrix once all are done).
+  /// A q4_K or q6_K matrix (in the file mapping) interleaved into dst
+  /// (copy_type), the threads splitting the panels; as copy_matrix, the
+  /// file's pages are given back as their rows are packed (the whole pages
+  /// inside each thread's share, then every page of the matrix once all are
+  /// done).
   void interleave([[maybe_unused]] const weight_view& v, [[maybe_unused]] std::byte* dst) {
 #if defined(KESTREL_KQUANT_X16)
-    const auto* src = static_cast<const std::byte*>(v.data);
-    const std::size_t nb = v.cols / quant::qk_k, row_bytes = v.row_bytes(), n_panels = (v.rows + 15) / 16;
-    auto* out = reinterpret_cast<quant::block_q4_K_x16*>(dst);
-    // Panels in runs of about 2 MiB of source, so pages go back as the copy proceeds.
-    const std::size_t run = std::max<std::size_t>(1, huge_page_buffer::huge_page / (16 * row_bytes));
-    cpu::parallel_for(pool_.get(), (n_panels + run - 1) / run, [&](std::size_t r0, std::size_t r1) {
-      for (std::size_t r = r0; r < r1; ++r) {
-        const std::size_t p0 = r * run, p1 = std::min(n_panels, p0 + run);
-        for (std::size_t p = p0; p < p1; ++p)
-          quant::pack_x16(src + 16 * p * row_bytes, row_bytes, std::min<std::size_t>(16, v.rows - 16 * p), nb,
-                          out + p * nb);
-        const std::size_t lo = 16 * p0 * row_bytes, hi = std::min(v.rows, 16 * p1) * row_bytes;
-        release_pages(src + lo, hi - lo);
-      }
-    }, v.rows * row_bytes);
-    release_pages(src, v.bytes());
+    auto run = [&]<class X>(X* out) {
+      const auto* src = static_cast<const std::byte*>(v.data);
+      const std::size_t nb = v.cols / quant::qk_k, row_bytes = v.row_bytes(), n_panels = (v.rows + 15) / 16;
+      // Panels in runs of about 2 MiB of source, so pages go back as the copy proceeds.
+      const std::size_t per_run = std::max<std::size_t>(1, huge_page_buffer::huge_page / (16 * row_bytes));
+      cpu::parallel_for(pool_.get(), (n_panels + per_run - 1) / per_run, [&](std::size_t r0, std::size_t r1) {
+        for (std::size_t r = r0; r < r1; ++r) {
+          const std::size_t p0 = r * per_run, p1 = std::min(n_panels, p0 + per_run);
+          for (std::size_t p = p0; p < p1; ++p)
+            quant::pack_x16(src + 16 * p * row_bytes, row_bytes, std::min<std::size_t>(16, v.rows - 16 * p), nb,
+                            out + p * nb);
+          const std::size_t lo = 16 * p0 * row_bytes, hi = std::min(v.rows, 16 * p1) * row_bytes;
+          release_pages(src + lo, hi - lo);
+        }
+      }, v.rows * row_bytes);
+      release_pages(src, v.bytes());
+    };
+    if (v.type == dtype::q4_k) run(reinterpret_cast<quant::block_q4_K_x16*>(dst));
+    else if (v.type == dtype::q6_k) run(reinterpret_cast<quant::block_q6_K_x16*>(dst));
 #endif
   }
 

@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "kestrel/core/dtype.hpp"
@@ -127,21 +128,94 @@ inline void unpack_x16(const block_q4_K_x16* panel, std::size_t r, std::size_t n
   }
 }
 
+/// q6_K interleaved by 16 rows (dtype::q6_k_x16): ql[u][g][r] as q4_K's qs
+/// (the low 4 bits of values 32u + 4g + j and 32u + 16 + 4g + j), qh[u][h][r]
+/// byte j bits 2g, 2g + 1 the high 2 bits of value 32u + 16h + 4g + j,
+/// scales[u][h][r] the int8 scale of sub-block 2u + h (values 32u + 16h ..
+/// 32u + 16h + 15), d per row; 32 bytes of padding keep every block on a
+/// cache line (3392 bytes per 16 rows, 16 rows of q6_K take 3360).
+struct alignas(64) block_q6_K_x16 {
+  std::uint8_t ql[8][4][16][4];
+  std::uint8_t qh[8][2][16][4];
+  std::int8_t scales[8][2][16];
+  f16 d[16];
+  std::uint8_t pad[32];
+};
+static_assert(sizeof(block_q6_K_x16) == 3392);
+static_assert(sizeof(block_q6_K_x16) == x16_rows * block_bytes(dtype::q6_k_x16),
+              "dtype.hpp's q6_k_x16 block is a sixteenth of an x16 block");
+
+/// The row-major block each interleaved block holds 16 of.
+template <class X> struct x16_source;
+template <> struct x16_source<block_q4_K_x16> { using type = block_q4_K; };
+template <> struct x16_source<block_q6_K_x16> { using type = block_q6_K; };
+
+/// As pack_x16 above, for q6_K.
+inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
+                     block_q6_K_x16* out) noexcept {
+  for (std::size_t b = 0; b < nb; ++b) {
+    block_q6_K_x16& o = out[b];
+    std::memset(&o, 0, sizeof o);
+    for (std::size_t r = 0; r < n_rows; ++r) {
+      const block_q6_K& x = reinterpret_cast<const block_q6_K*>(rows + r * row_bytes)[b];
+      auto lo4 = [&](int i) { return (x.ql[detail::byte6l(i)] >> detail::shift6l(i)) & 0xF; };
+      auto hi2 = [&](int i) { return (x.qh[detail::byte2(i)] >> detail::shift2(i)) & 3; };
+      for (int u = 0; u < 8; ++u) {
+        for (int g = 0; g < 4; ++g)
+          for (int j = 0; j < 4; ++j) {
+            const int i = 32 * u + 4 * g + j;
+            o.ql[u][g][r][j] = static_cast<std::uint8_t>(lo4(i) | (lo4(i + 16) << 4));
+            o.qh[u][0][r][j] = static_cast<std::uint8_t>(o.qh[u][0][r][j] | (hi2(i) << (2 * g)));
+            o.qh[u][1][r][j] = static_cast<std::uint8_t>(o.qh[u][1][r][j] | (hi2(i + 16) << (2 * g)));
+          }
+        o.scales[u][0][r] = x.scales[2 * u];
+        o.scales[u][1][r] = x.scales[2 * u + 1];
+      }
+      o.d[r] = x.d;
+    }
+  }
+}
+
+/// As unpack_x16 above, for q6_K.
+inline void unpack_x16(const block_q6_K_x16* panel, std::size_t r, std::size_t nb, block_q6_K* out) noexcept {
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q6_K_x16& p = panel[b];
+    block_q6_K& x = out[b];
+    std::memset(&x, 0, sizeof x);
+    for (int u = 0; u < 8; ++u) {
+      for (int g = 0; g < 4; ++g)
+        for (int j = 0; j < 4; ++j)
+          for (int h = 0; h < 2; ++h) {
+            const int i = 32 * u + 16 * h + 4 * g + j;
+            const int lo = (p.ql[u][g][r][j] >> (4 * h)) & 0xF, hi = (p.qh[u][h][r][j] >> (2 * g)) & 3;
+            x.ql[detail::byte6l(i)] = static_cast<std::uint8_t>(x.ql[detail::byte6l(i)] | (lo << detail::shift6l(i)));
+            x.qh[detail::byte2(i)] = static_cast<std::uint8_t>(x.qh[detail::byte2(i)] | (hi << detail::shift2(i)));
+          }
+      x.scales[2 * u] = p.scales[u][0][r];
+      x.scales[2 * u + 1] = p.scales[u][1][r];
+    }
+    x.d = p.d[r];
+  }
+}
+
 namespace ref {
 /// The scalar twin of the x16 kernels: row r of a panel against a, n
-/// values: ref::vec_dot of the row unpacked, so exactly the q4_K row's twin.
-inline float vec_dot_x16(const block_q4_K_x16* panel, std::size_t r, const block_q8_K* a, std::size_t n) {
+/// values: ref::vec_dot of the row unpacked, so exactly the row-major
+/// row's twin.
+template <class X>
+inline float vec_dot_x16(const X* panel, std::size_t r, const block_q8_K* a, std::size_t n) {
   quant::detail::check_n(n, "vec_dot_x16");
-  std::vector<block_q4_K> row(n / qk_k);
+  std::vector<typename x16_source<X>::type> row(n / qk_k);
   unpack_x16(panel, r, row.size(), row.data());
   return ref::vec_dot(row.data(), a, n);
 }
 }  // namespace ref
 
 /// Row r of an x16 panel (nb blocks) as n = 256 nb floats.
-inline void dequantize_x16_row(const block_q4_K_x16* panel, std::size_t r, std::size_t nb, float* y) {
+template <class X>
+inline void dequantize_x16_row(const X* panel, std::size_t r, std::size_t nb, float* y) {
   for (std::size_t b = 0; b < nb; ++b) {
-    block_q4_K x;
+    typename x16_source<X>::type x;
     unpack_x16(panel + b, r, 1, &x);
     dequantize_row(&x, y + b * qk_k, qk_k);
   }
@@ -178,67 +252,120 @@ inline constexpr std::size_t prefetch_blocks = 8;
 
 /// Asks for block b + prefetch_blocks of p into L2, one prefetch per line
 /// (a prefetch past the matrix's end does not fault and is dropped).
-inline void prefetch_ahead(const block_q4_K_x16* p, std::size_t b) noexcept {
-  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + prefetch_blocks) * sizeof(block_q4_K_x16);
-  for (std::size_t i = 0; i < sizeof(block_q4_K_x16) / 64; ++i)
+template <class X>
+inline void prefetch_ahead(const X* p, std::size_t b) noexcept {
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + prefetch_blocks) * sizeof(X);
+  for (std::size_t i = 0; i < sizeof(X) / 64; ++i)
     _mm_prefetch(reinterpret_cast<const char*>(at + 64 * i), _MM_HINT_T1);
 }
 
+/// q6_K's codes of one 64-byte load of ql: lane r's bytes as full 6-bit
+/// codes (low 4 bits | high 2 bits << 4) of values 4g + j (lo) and 16 + 4g
+/// + j (hi) of the unit, from the unit's two qh loads. The high bits sit at
+/// bits 2g, 2g + 1 of their byte: a 16-bit shift takes them to bits 4, 5
+/// (the neighbouring byte's bits it moves in land outside 0x30, masked off),
+/// and vpternlogd merges them: (low & 0x0f) | high.
+inline void q6_codes(__m512i ql, __m512i qh0, __m512i qh1, int g, __m512i& lo, __m512i& hi) noexcept {
+  const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  auto to_bit4 = [g](__m512i h) {
+    switch (g) {
+      case 0: return _mm512_slli_epi16(h, 4);
+      case 1: return _mm512_slli_epi16(h, 2);
+      case 2: return h;
+      default: return _mm512_srli_epi16(h, 2);
+    }
+  };
+  // 0xEA: (a & b) | c over the bits of (a, b, c)
+  lo = _mm512_ternarylogic_epi32(ql, m0f, _mm512_and_si512(to_bit4(qh0), m30), 0xEA);
+  hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m0f, _mm512_and_si512(to_bit4(qh1), m30), 0xEA);
+}
+
 /// acc[t] (lane r) = the dot of row r with token t < NT over blocks [0, nb)
-/// (the arithmetic in the header).
-template <std::size_t NT>
-inline void x16_group(const block_q4_K_x16* p, const block_q8_K* a, std::size_t nb, std::size_t stride,
-                      __m512* acc) noexcept {
+/// (the arithmetic in the header). q6_K: each 16-value chain starts at -32
+/// times its activations' sum (the code offset, exact), so S sums (v - 32)
+/// a_i directly and there is no second term.
+template <class X, std::size_t NT>
+inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m512* acc) noexcept {
+  constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>;
   __m512 accm[NT];
   for (std::size_t t = 0; t < NT; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
   const __m512i lo_mask = _mm512_set1_epi8(0x0f), hi_mask = _mm512_set1_epi8(static_cast<char>(0xf0));
   for (std::size_t b = 0; b < nb; ++b) {
-    const block_q4_K_x16& pb = p[b];
+    const X& pb = p[b];
     prefetch_ahead(p, b);
     __m512i tot[NT];
     for (std::size_t t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
     for (int u = 0; u < 8; ++u) {
       __m512i s0[NT], s1[NT];
-      for (std::size_t t = 0; t < NT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
-      for (int g = 0; g < 4; ++g) {
-        const __m512i codes = _mm512_load_si512(pb.qs[u][g]);
-        const __m512i lo = _mm512_and_si512(codes, lo_mask), hi = _mm512_and_si512(codes, hi_mask);
+      if constexpr (q6) {
         for (std::size_t t = 0; t < NT; ++t) {
-          const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
-          s0[t] = dpbusd_bcast(s0[t], lo, q);
-          s1[t] = dpbusd_bcast(s1[t], hi, q + 16);  // 16 x the high codes' sum: exact, shifted back below
+          const block_q8_K& ab = a[t * stride + b];
+          s0[t] = _mm512_set1_epi32(-32 * ab.bsums[2 * u]);
+          s1[t] = _mm512_set1_epi32(-32 * ab.bsums[2 * u + 1]);
         }
+        const __m512i qh0 = _mm512_load_si512(pb.qh[u][0]), qh1 = _mm512_load_si512(pb.qh[u][1]);
+        for (int g = 0; g < 4; ++g) {
+          __m512i lo, hi;
+          q6_codes(_mm512_load_si512(pb.ql[u][g]), qh0, qh1, g, lo, hi);
+          for (std::size_t t = 0; t < NT; ++t) {
+            const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+            s0[t] = dpbusd_bcast(s0[t], lo, q);
+            s1[t] = dpbusd_bcast(s1[t], hi, q + 16);
+          }
+        }
+        const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u][0])));
+        const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u][1])));
+        for (std::size_t t = 0; t < NT; ++t)
+          tot[t] = _mm512_add_epi32(tot[t], _mm512_add_epi32(_mm512_mullo_epi32(s0[t], sc0), _mm512_mullo_epi32(s1[t], sc1)));
+      } else {
+        for (std::size_t t = 0; t < NT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+        for (int g = 0; g < 4; ++g) {
+          const __m512i codes = _mm512_load_si512(pb.qs[u][g]);
+          const __m512i lo = _mm512_and_si512(codes, lo_mask), hi = _mm512_and_si512(codes, hi_mask);
+          for (std::size_t t = 0; t < NT; ++t) {
+            const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+            s0[t] = dpbusd_bcast(s0[t], lo, q);
+            s1[t] = dpbusd_bcast(s1[t], hi, q + 16);  // 16 x the high codes' sum: exact, shifted back below
+          }
+        }
+        const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u])));
+        for (std::size_t t = 0; t < NT; ++t)
+          tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0[t], _mm512_srai_epi32(s1[t], 4)), sc));
       }
-      const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u])));
-      for (std::size_t t = 0; t < NT; ++t)
-        tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0[t], _mm512_srai_epi32(s1[t], 4)), sc));
     }
     const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.d)));
-    const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.dmin)));
-    __m512i mins[4];
-    for (int j = 0; j < 4; ++j) mins[j] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.mins[j])));
-    for (std::size_t t = 0; t < NT; ++t) {
-      const block_q8_K& ab = a[t * stride + b];
-      alignas(16) std::int32_t pairs[4];
-      bsum_pairs(ab, pairs);
-      __m512i corr = _mm512_setzero_si512();
-      for (int j = 0; j < 4; ++j) corr = _mm512_dpwssd_epi32(corr, mins[j], _mm512_set1_epi32(pairs[j]));
-      accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(-ab.d)), _mm512_cvtepi32_ps(corr), accm[t]);
-      acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab.d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+    if constexpr (q6) {
+      for (std::size_t t = 0; t < NT; ++t)
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(a[t * stride + b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+    } else {
+      const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.dmin)));
+      __m512i mins[4];
+      for (int j = 0; j < 4; ++j) mins[j] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.mins[j])));
+      for (std::size_t t = 0; t < NT; ++t) {
+        const block_q8_K& ab = a[t * stride + b];
+        alignas(16) std::int32_t pairs[4];
+        bsum_pairs(ab, pairs);
+        __m512i corr = _mm512_setzero_si512();
+        for (int j = 0; j < 4; ++j) corr = _mm512_dpwssd_epi32(corr, mins[j], _mm512_set1_epi32(pairs[j]));
+        accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(-ab.d)), _mm512_cvtepi32_ps(corr), accm[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab.d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
+      }
     }
   }
-  for (std::size_t t = 0; t < NT; ++t) acc[t] = _mm512_add_ps(acc[t], accm[t]);
+  if constexpr (!q6)
+    for (std::size_t t = 0; t < NT; ++t) acc[t] = _mm512_add_ps(acc[t], accm[t]);
 }
 
 /// A panel (nb x16 blocks, n_rows valid rows) against tokens [0, n_tokens)
 /// (nb q8_K blocks each, consecutive) in groups of token_group (then 2, 1):
 /// out[t * out_stride + r] for r < n_rows.
-inline void x16_tokens(const block_q4_K_x16* p, std::size_t n_rows, const block_q8_K* a, std::size_t nb,
+template <class X>
+inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std::size_t nb,
                        std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
   const __mmask16 valid = panel_row_mask(n_rows);
   __m512 acc[token_group];
   auto group = [&]<std::size_t NT>(std::size_t t) {
-    x16_group<NT>(p, a + t * nb, nb, nb, acc);
+    x16_group<X, NT>(p, a + t * nb, nb, nb, acc);
     for (std::size_t i = 0; i < NT; ++i) _mm512_mask_storeu_ps(out + (t + i) * out_stride, valid, acc[i]);
   };
   for_token_groups<token_group>(n_tokens, group);
@@ -272,6 +399,28 @@ inline void pack_kpanel(const block_q4_K_x16* p, std::size_t nb, kp::kpanel_bloc
     }
     o.d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.d)));
     o.dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.dmin)));
+  }
+}
+
+/// As above, for q6_K: the same blocks as pack_kpanel<block_q6_K>.
+inline void pack_kpanel(const block_q6_K_x16* p, std::size_t nb, kp::kpanel_block* dst) noexcept {
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q6_K_x16& x = p[b];
+    kp::kpanel_block& o = dst[b];
+    for (int u = 0; u < 8; ++u) {
+      const __m512i qh0 = _mm512_load_si512(x.qh[u][0]), qh1 = _mm512_load_si512(x.qh[u][1]);
+      for (int g = 0; g < 4; ++g) q6_codes(_mm512_load_si512(x.ql[u][g]), qh0, qh1, g, o.codes[8 * u + g], o.codes[8 * u + 4 + g]);
+      const __m128i s0 = _mm_load_si128(reinterpret_cast<const __m128i*>(x.scales[u][0]));
+      const __m128i s1 = _mm_load_si128(reinterpret_cast<const __m128i*>(x.scales[u][1]));
+      o.scale[2 * u] = _mm512_cvtepi8_epi32(s0);
+      o.scale[2 * u + 1] = _mm512_cvtepi8_epi32(s1);
+      // lane r: the int16 pair (sc_2u, sc_2u+1), the scales of the unit's two halves
+      const __m256i pairs = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_unpacklo_epi8(s0, s1)),
+                                                    _mm_unpackhi_epi8(s0, s1), 1);
+      o.coef[u] = _mm512_cvtepi8_epi16(pairs);
+    }
+    o.d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.d)));
+    o.dmin = _mm512_setzero_ps();
   }
 }
 #endif
