@@ -23,6 +23,9 @@
 //     default), through cpu::matvec (activations quantized in the call) and
 //     ref::matvec, as GB/s of weight bytes; "rowwise" is the plain loop of
 //     quant dots one row at a time, for comparing matvec's row scheduling;
+//     "x16" (q4_K, q6_K) the same matrix interleaved by 16 rows as
+//     cpu_backend places a file's (quant/kquant_x16.hpp), through
+//     cpu::matmul, GB/s of the row-major bytes;
 //   {"bench":"kquant_dot","type":..,"test":"matmul",...}: prefill's Y = X W^T
 //     for T tokens through cpu::matmul against one dot per (row, token)
 //     ("rowwise", the loop before token groups) and against token groups with
@@ -44,6 +47,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #if defined(__AVX512VNNI__)
@@ -56,6 +60,7 @@
 #include "kestrel/cpu/quantized.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/cpu/ref/linear.hpp"
+#include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
 
@@ -153,6 +158,24 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
         std::vector<float> y(nt * R);
         std::vector<A> act(nt * (C / qk));
         const bool with_ref = n_threads == 1 && nt == 1;
+        // q4_K and q6_K: the same matrix interleaved by 16 rows, as cpu_backend
+        // places a file's (dtype::q4_k_x16 / q6_k_x16, quant/kquant_x16.hpp)
+        std::vector<std::byte> x16_bytes;
+        kestrel::weight_view x16_view;
+#if defined(KESTREL_KQUANT_X16)
+        auto make_x16 = [&]<class X>(kestrel::dtype xt) {
+          const std::size_t nb = C / qk, n_panels = (R + 15) / 16;
+          x16_bytes.resize(n_panels * nb * sizeof(X) + 64);
+          auto* out = reinterpret_cast<X*>((reinterpret_cast<std::uintptr_t>(x16_bytes.data()) + 63) / 64 * 64);
+          for (std::size_t p = 0; p < n_panels; ++p)
+            q::pack_x16(reinterpret_cast<const std::byte*>(w.data()) + 16 * p * nb * sizeof(B), nb * sizeof(B),
+                        std::min<std::size_t>(16, R - 16 * p), nb, out + p * nb);
+          x16_view = {xt, out, R, C};
+        };
+        if constexpr (std::is_same_v<B, q::block_q4_K>) make_x16.template operator()<q::block_q4_K_x16>(kestrel::dtype::q4_k_x16);
+        if constexpr (std::is_same_v<B, q::block_q6_K>) make_x16.template operator()<q::block_q6_K_x16>(kestrel::dtype::q6_k_x16);
+#endif
+        const bool with_x16 = x16_view.data != nullptr;
         const auto m = time_interleaved(repeats, {
             [&] { if (with_ref) kestrel::cpu::ref::matvec(view, x.data(), y.data(), nullptr); },
             [&] {  // the per-row SIMD dot (quant::dot / quant::vec_dot), rows split over the threads
@@ -190,14 +213,16 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
               }
 #endif
             },
+            [&] { if (with_x16) kestrel::cpu::matmul(x16_view, x.data(), nt, y.data(), pp); },
         });
         const double b1 = bytes / 1e6;
         std::printf("{\"bench\":\"kquant_dot\",\"type\":\"%s\",\"test\":\"matvec\",\"rows\":%zu,\"cols\":%zu,"
                     "\"n_tokens\":%zu,\"threads\":%zu,\"weight_mb\":%.2f,\"gbps_ref\":%.2f,\"gbps_rowwise\":%.2f,"
                     "\"gbps_tile\":%.2f,\"gbps_decode_kernel\":%.2f,\"gbps_matvec\":%.2f,\"matvec_vs_rowwise\":%.2f,\"matvec_vs_tile\":%.2f,"
-                    "\"repeats\":%d}\n",
+                    "\"gbps_x16\":%.2f,\"x16_vs_matvec\":%.2f,\"repeats\":%d}\n",
                     name, R, C, nt, n_threads, b1, with_ref ? b1 / m[0] : 0.0, b1 / m[1], qk == 32 ? b1 / m[2] : 0.0, qk == 32 ? b1 / m[4] : 0.0,
-                    b1 / m[3], m[1] / m[3], qk == 32 ? m[2] / m[3] : 0.0, repeats);
+                    b1 / m[3], m[1] / m[3], qk == 32 ? m[2] / m[3] : 0.0, with_x16 ? b1 / m[5] : 0.0,
+                    with_x16 ? m[3] / m[5] : 0.0, repeats);
         std::fflush(stdout);
       }
 

@@ -75,10 +75,35 @@ static_assert(sizeof(block_q4_K_x16) == 2368);
 static_assert(sizeof(block_q4_K_x16) == x16_rows * block_bytes(dtype::q4_k_x16),
               "dtype.hpp's q4_k_x16 block is a sixteenth of an x16 block");
 
+namespace detail::x16_pack {
+inline std::uint32_t word(const std::uint8_t* p) noexcept {
+  std::uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+/// Bytes j < 4: nibble t (0 low, 1 high) of lo[j] | nibble t of hi[j] << 4.
+/// Word arithmetic: a shift moves bits between bytes only where the mask
+/// then clears them.
+inline std::uint32_t nibbles(const std::uint8_t* lo, const std::uint8_t* hi, int t) noexcept {
+  const std::uint32_t m = 0x0f0f0f0fu;
+  return ((word(lo) >> (4 * t)) & m) | (((word(hi) >> (4 * t)) & m) << 4);
+}
+/// Bytes j < 4: bits s, s + 1 of p[4g + j] at bits 2g, 2g + 1, g < 4.
+inline std::uint32_t crumbs(const std::uint8_t* p, int s) noexcept {
+  const std::uint32_t m = 0x03030303u;
+  std::uint32_t out = 0;
+  for (int g = 0; g < 4; ++g) out |= ((word(p + 4 * g) >> s) & m) << (2 * g);
+  return out;
+}
+}  // namespace detail::x16_pack
+
 /// Rows [0, n_rows) of a q4_K matrix (rows row_bytes apart, nb blocks each;
 /// 1 <= n_rows <= 16) as nb x16 blocks; the rows past n_rows are zero.
+/// Word arithmetic, 4 codes at a time: cpu_backend packs every q4_K matrix
+/// of a model at load.
 inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
                      block_q4_K_x16* out) noexcept {
+  using namespace detail::x16_pack;
   for (std::size_t b = 0; b < nb; ++b) {
     block_q4_K_x16& o = out[b];
     std::memset(&o, 0, sizeof o);
@@ -87,10 +112,10 @@ inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n
       for (int u = 0; u < 8; ++u) {
         // sub-block u: values 64c + 32t + k are nibble t of qs[32c + k]
         const std::uint8_t* q = x.qs + 32 * (u / 2);
-        const int t = 4 * (u % 2);
-        for (int g = 0; g < 4; ++g)
-          for (int j = 0; j < 4; ++j)
-            o.qs[u][g][r][j] = static_cast<std::uint8_t>(((q[4 * g + j] >> t) & 0xF) | (((q[16 + 4 * g + j] >> t) & 0xF) << 4));
+        for (int g = 0; g < 4; ++g) {
+          const std::uint32_t v = nibbles(q + 4 * g, q + 16 + 4 * g, u % 2);
+          std::memcpy(o.qs[u][g][r], &v, 4);
+        }
         std::uint8_t sc, m;
         detail::get_scale_min_k4(u, x.scales, sc, m);
         o.scales[u][r] = sc;
@@ -150,24 +175,29 @@ template <class X> struct x16_source;
 template <> struct x16_source<block_q4_K_x16> { using type = block_q4_K; };
 template <> struct x16_source<block_q6_K_x16> { using type = block_q6_K; };
 
-/// As pack_x16 above, for q6_K.
+/// As pack_x16 above, for q6_K. Unit u (values 32u .. 32u + 31) has its low
+/// nibbles in ql[64 (u / 4) + 32 (u % 2) + k], nibble (u % 4) / 2, and its
+/// high bits in qh[32 (u / 4) + k], bits 2 (u % 4) and up (quant::detail's
+/// byte6l / byte2).
 inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
                      block_q6_K_x16* out) noexcept {
+  using namespace detail::x16_pack;
   for (std::size_t b = 0; b < nb; ++b) {
     block_q6_K_x16& o = out[b];
     std::memset(&o, 0, sizeof o);
     for (std::size_t r = 0; r < n_rows; ++r) {
       const block_q6_K& x = reinterpret_cast<const block_q6_K*>(rows + r * row_bytes)[b];
-      auto lo4 = [&](int i) { return (x.ql[detail::byte6l(i)] >> detail::shift6l(i)) & 0xF; };
-      auto hi2 = [&](int i) { return (x.qh[detail::byte2(i)] >> detail::shift2(i)) & 3; };
       for (int u = 0; u < 8; ++u) {
-        for (int g = 0; g < 4; ++g)
-          for (int j = 0; j < 4; ++j) {
-            const int i = 32 * u + 4 * g + j;
-            o.ql[u][g][r][j] = static_cast<std::uint8_t>(lo4(i) | (lo4(i + 16) << 4));
-            o.qh[u][0][r][j] = static_cast<std::uint8_t>(o.qh[u][0][r][j] | (hi2(i) << (2 * g)));
-            o.qh[u][1][r][j] = static_cast<std::uint8_t>(o.qh[u][1][r][j] | (hi2(i + 16) << (2 * g)));
-          }
+        const std::uint8_t* ql = x.ql + 64 * (u / 4) + 32 * (u % 2);
+        const std::uint8_t* qh = x.qh + 32 * (u / 4);
+        for (int g = 0; g < 4; ++g) {
+          const std::uint32_t v = nibbles(ql + 4 * g, ql + 16 + 4 * g, (u % 4) / 2);
+          std::memcpy(o.ql[u][g][r], &v, 4);
+        }
+        for (int h = 0; h < 2; ++h) {
+          const std::uint32_t v = crumbs(qh + 16 * h, 2 * (u % 4));
+          std::memcpy(o.qh[u][h][r], &v, 4);
+        }
         o.scales[u][0][r] = x.scales[2 * u];
         o.scales[u][1][r] = x.scales[2 * u + 1];
       }
