@@ -42,7 +42,7 @@ constexpr std::size_t block_bytes(dtype t) noexcept {
     case dtype::q4_k: return 144;
     case dtype::q5_k: return 176;
     case dtype::q6_k: return 210;
-    case dtype::q4_k_x16: return 148;  // 2368 bytes per 16 rows' block
+    case dtype::q4_k_x16: return 144;  // 2304 bytes per 16 rows' block, as q4_K
     case dtype::q6_k_x16: return 212;  // 3392 bytes per 16 rows' block
   }
   return 0;

@@ -106,8 +106,8 @@ class cpu_backend {
   /// to them (decode reads one row).
   /// With AVX-512 VNNI, q4_K and q6_K matrices are not copied as they are
   /// but interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16,
-  /// quant/kquant_x16.hpp, 2.8% / 1% larger: decode's kernel for them takes
-  /// a row per lane); the views take the new type.
+  /// quant/kquant_x16.hpp; q4_K the same size, q6_K 1% larger), which
+  /// decode's kernel reads a row per lane; the views take the new type.
   void prepare_weights(llama_weights& w) {
     if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
     std::vector<weight_view*> views;

@@ -23,11 +23,12 @@
 // row-major kernel's 21.7 (1.65x); two threads 59.0 against 26.4.
 //
 // The layout of one x16 block (16 rows, values 256 b .. 256 b + 255 of each;
-// 2368 bytes, 16 rows of q4_K take 2304): qs[u][g][r] holds row r's codes
-// 32u + 4g + j (low nibble of byte j) and 32u + 16 + 4g + j (high nibble),
-// j < 4; scales[u][r] and mins[u / 2][r][u % 2] the 6-bit scale and min of
-// sub-block u, one per byte (so one vpmovzx widens a sub-block's 16 scales,
-// and the mins land as the int16 pairs vpdpwssd takes); d and dmin per row.
+// 2304 bytes, as 16 rows of q4_K): qs[u][g][r] holds row r's codes 32u + 4g
+// + j (low nibble of byte j) and 32u + 16 + 4g + j (high nibble), j < 4;
+// scales[w][r] the w-th 32-bit word of row r's 12 packed scale bytes, so the
+// kernel unpacks the 6-bit scales and mins of 16 rows with one set of word
+// operations (quant/kquants.hpp's scales_k4, a row per lane); d and dmin
+// per row.
 // A panel's rows past the matrix's are zero (d = dmin = 0). A matrix of R
 // rows is ceil(R / 16) panels, each nb blocks of its 16 rows, panel after
 // panel: weight_view's row_bytes() is a panel's bytes / 16, so rows_from a
@@ -67,11 +68,10 @@ inline constexpr std::size_t x16_rows = 16;
 
 struct alignas(64) block_q4_K_x16 {
   std::uint8_t qs[8][4][16][4];  // [sub-block u][g][row r][j]: lo nibble 32u + 4g + j, hi 32u + 16 + 4g + j
-  std::uint8_t scales[8][16];    // [u][r]
-  std::uint8_t mins[4][16][2];   // [u / 2][r][u % 2]
+  std::uint32_t scales[3][16];   // [w][r]: bytes 4w .. 4w + 3 of row r's block_q4_K::scales
   f16 d[16], dmin[16];
 };
-static_assert(sizeof(block_q4_K_x16) == 2368);
+static_assert(sizeof(block_q4_K_x16) == 2304);
 static_assert(sizeof(block_q4_K_x16) == x16_rows * block_bytes(dtype::q4_k_x16),
               "dtype.hpp's q4_k_x16 block is a sixteenth of an x16 block");
 
@@ -116,11 +116,8 @@ inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n
           const std::uint32_t v = nibbles(q + 4 * g, q + 16 + 4 * g, u % 2);
           std::memcpy(o.qs[u][g][r], &v, 4);
         }
-        std::uint8_t sc, m;
-        detail::get_scale_min_k4(u, x.scales, sc, m);
-        o.scales[u][r] = sc;
-        o.mins[u / 2][r][u % 2] = m;
       }
+      for (int w = 0; w < 3; ++w) o.scales[w][r] = word(x.scales + 4 * w);
       o.d[r] = x.d;
       o.dmin[r] = x.dmin;
     }
@@ -133,7 +130,6 @@ inline void unpack_x16(const block_q4_K_x16* panel, std::size_t r, std::size_t n
   for (std::size_t b = 0; b < nb; ++b) {
     const block_q4_K_x16& p = panel[b];
     block_q4_K& x = out[b];
-    std::uint8_t sc[8], m[8];
     for (int u = 0; u < 8; ++u) {
       std::uint8_t* q = x.qs + 32 * (u / 2);
       const int t = 4 * (u % 2);
@@ -144,10 +140,8 @@ inline void unpack_x16(const block_q4_K_x16* panel, std::size_t r, std::size_t n
           q[4 * g + j] = static_cast<std::uint8_t>((q[4 * g + j] & keep) | ((v & 0xF) << t));
           q[16 + 4 * g + j] = static_cast<std::uint8_t>((q[16 + 4 * g + j] & keep) | ((v >> 4) << t));
         }
-      sc[u] = p.scales[u][r];
-      m[u] = p.mins[u / 2][r][u % 2];
     }
-    detail::set_scale_min_k4(x.scales, sc, m);
+    for (int w = 0; w < 3; ++w) std::memcpy(x.scales + 4 * w, &p.scales[w][r], 4);
     x.d = p.d[r];
     x.dmin = p.dmin[r];
   }
@@ -259,6 +253,35 @@ namespace detail::x16 {
 /// 32 zmm.
 inline constexpr std::size_t token_group = 4;
 
+/// vpshufb controls, per 32-bit lane: its byte k zero-extended to 32 bits,
+/// or its bytes k, k + 1 each zero-extended to 16 bits.
+inline __m512i byte_ctrl(int k) noexcept {
+  auto c = [k](int d) { return static_cast<int>(0x80808000u | static_cast<unsigned>(4 * d + k)); };
+  return _mm512_broadcast_i32x4(_mm_setr_epi32(c(0), c(1), c(2), c(3)));
+}
+inline __m512i pair_ctrl(int k) noexcept {
+  auto c = [k](int d) { return static_cast<int>(0x80008000u | static_cast<unsigned>(4 * d + k) | static_cast<unsigned>(4 * d + k + 1) << 16); };
+  return _mm512_broadcast_i32x4(_mm_setr_epi32(c(0), c(1), c(2), c(3)));
+}
+
+/// The 6-bit scales and mins of a q4_K x16 block, lane r = row r:
+/// sc[h] byte k = the scale of sub-block 4h + k, mn[h] the same for the
+/// mins (scales_k4's word arithmetic in kquants.hpp, 16 rows at once).
+struct k4_scales {
+  __m512i sc[2], mn[2];
+};
+inline k4_scales unpack_scales(const block_q4_K_x16& b) noexcept {
+  const __m512i a = _mm512_load_si512(b.scales[0]), bw = _mm512_load_si512(b.scales[1]), c = _mm512_load_si512(b.scales[2]);
+  const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f), m30 = _mm512_set1_epi32(0x30303030);
+  k4_scales s;
+  s.sc[0] = _mm512_and_si512(a, m3f);
+  s.mn[0] = _mm512_and_si512(bw, m3f);
+  // 0xEA: (a & b) | c; the top two bits of a / b to bits 4, 5 of their byte
+  s.sc[1] = _mm512_ternarylogic_epi32(c, m0f, _mm512_and_si512(_mm512_srli_epi32(a, 2), m30), 0xEA);
+  s.mn[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(c, 4), m0f, _mm512_and_si512(_mm512_srli_epi32(bw, 2), m30), 0xEA);
+  return s;
+}
+
 /// The int16 pairs (bsum_4j + bsum_4j+1, bsum_4j+2 + bsum_4j+3), j < 4, of a
 /// q8_K block: sub-blocks 2j and 2j + 1's activation sums, as vpdpwssd
 /// meets them with the mins (|sum| <= 32 * 128, an int16).
@@ -325,6 +348,8 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
     prefetch_ahead(p, b);
     __m512i tot[NT];
     for (std::size_t t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+    [[maybe_unused]] k4_scales ks;
+    if constexpr (!q6) ks = unpack_scales(pb);
     for (int u = 0; u < 8; ++u) {
       __m512i s0[NT], s1[NT];
       if constexpr (q6) {
@@ -358,7 +383,7 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
             s1[t] = dpbusd_bcast(s1[t], hi, q + 16);  // 16 x the high codes' sum: exact, shifted back below
           }
         }
-        const __m512i sc = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u])));
+        const __m512i sc = _mm512_shuffle_epi8(ks.sc[u / 4], byte_ctrl(u % 4));
         for (std::size_t t = 0; t < NT; ++t)
           tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0[t], _mm512_srai_epi32(s1[t], 4)), sc));
       }
@@ -370,7 +395,7 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
     } else {
       const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.dmin)));
       __m512i mins[4];
-      for (int j = 0; j < 4; ++j) mins[j] = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.mins[j])));
+      for (int j = 0; j < 4; ++j) mins[j] = _mm512_shuffle_epi8(ks.mn[j / 2], pair_ctrl(2 * (j % 2)));  // (m_2j, m_2j+1)
       for (std::size_t t = 0; t < NT; ++t) {
         const block_q8_K& ab = a[t * stride + b];
         alignas(16) std::int32_t pairs[4];
@@ -408,24 +433,21 @@ inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std:
 /// last row repeated there), so prefill gives the same bits from either
 /// layout. No transposes: the x16 layout already has a row per lane.
 inline void pack_kpanel(const block_q4_K_x16* p, std::size_t nb, kp::kpanel_block* dst) noexcept {
-  const __m512i lo_mask = _mm512_set1_epi8(0x0f), low16 = _mm512_set1_epi32(0xffff);
+  const __m512i lo_mask = _mm512_set1_epi8(0x0f);
   for (std::size_t b = 0; b < nb; ++b) {
     const block_q4_K_x16& x = p[b];
     kp::kpanel_block& o = dst[b];
+    const k4_scales ks = unpack_scales(x);
     for (int u = 0; u < 8; ++u) {
       for (int g = 0; g < 4; ++g) {
         const __m512i codes = _mm512_load_si512(x.qs[u][g]);
         o.codes[8 * u + g] = _mm512_and_si512(codes, lo_mask);
         o.codes[8 * u + 4 + g] = _mm512_and_si512(_mm512_srli_epi16(codes, 4), lo_mask);
       }
-      o.scale[2 * u] = o.scale[2 * u + 1] = _mm512_cvtepu8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(x.scales[u])));
-    }
-    for (int j = 0; j < 4; ++j) {
-      // lane r: the int16 pair (m_2j, m_2j+1); coef[2j] wants (m_2j, m_2j), coef[2j + 1] (m_2j+1, m_2j+1)
-      const __m512i m = _mm512_cvtepu8_epi16(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.mins[j])));
-      const __m512i even = _mm512_and_si512(m, low16), odd = _mm512_srli_epi32(m, 16);
-      o.coef[2 * j] = _mm512_or_si512(even, _mm512_slli_epi32(even, 16));
-      o.coef[2 * j + 1] = _mm512_or_si512(odd, _mm512_slli_epi32(odd, 16));
+      o.scale[2 * u] = o.scale[2 * u + 1] = _mm512_shuffle_epi8(ks.sc[u / 4], byte_ctrl(u % 4));
+      // coef[u] lane r: the int16 pair (m_u, m_u), the min of both 16-value halves
+      const __m512i m = _mm512_shuffle_epi8(ks.mn[u / 4], byte_ctrl(u % 4));
+      o.coef[u] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
     }
     o.d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.d)));
     o.dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.dmin)));
