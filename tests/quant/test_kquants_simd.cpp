@@ -288,6 +288,39 @@ std::vector<float> panel_dots(const std::vector<B>& w, std::size_t rows, const q
   return out;
 }
 
+/// out = dots(a, n_tokens): out[t * rows + r] for every row and token, then
+/// 16 entries that must stay -7. Every output within gamma_(nb+3) T of exact
+/// and (gamma_(nb+3) + gamma_(nb+20)) T of the twin; each token alone
+/// (dots(a + t nb, 1)) the same bits as among the others.
+template <class B, class Dots>
+void check_tile_dots(const std::vector<B>& w, const std::vector<q::block_q8_K>& a, std::size_t rows,
+                     std::size_t n_tokens, std::size_t nb, Dots&& dots) {
+  const std::vector<float> out = dots(a.data(), n_tokens);
+  bool within = true, alone_same = true;
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    const std::vector<float> one = dots(a.data() + t * nb, 1);
+    for (std::size_t r = 0; r < rows; ++r) {
+      const float got = out[t * rows + r];
+      const exact_dot x = exact(w.data() + r * nb, a.data() + t * nb, nb);
+      const float want = q::ref::vec_dot(w.data() + r * nb, a.data() + t * nb, nb * q::qk_k);
+      const bool ok = std::fabs(got - x.value) <= gamma_n(double(nb) + 3) * x.magnitude &&
+                      std::fabs(double(got) - want) <= (gamma_n(double(nb) + 3) + gamma_n(double(nb) + 20)) * x.magnitude;
+      if (!ok) {
+        INFO("row " << r << " token " << t << ": got " << got << " exact " << x.value << " T " << x.magnitude
+                    << " ref " << want);
+        CHECK(ok);
+      }
+      within = within && ok;
+      alone_same = alone_same && one[r] == got;
+    }
+  }
+  CHECK(within);
+  CHECK(alone_same);  // a token's result does not depend on the tokens beside it
+  bool tail_untouched = true;
+  for (std::size_t i = n_tokens * rows; i < out.size(); ++i) tail_untouched = tail_untouched && out[i] == -7.0f;
+  CHECK(tail_untouched);
+}
+
 template <class B>
 void check_panels(const char* name, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -296,32 +329,10 @@ void check_panels(const char* name, std::uint32_t seed) {
       for (std::size_t n_tokens : {1, 2, 5, 8, 13}) {
         const auto w = random_blocks<B>(rows * nb, rng);
         const auto a = random_activations(n_tokens * nb, rng);
-        const auto out = panel_dots(w, rows, a.data(), n_tokens, nb);
         INFO(name << " nb " << nb << " rows " << rows << " tokens " << n_tokens);
-        bool within = true, alone_same = true;
-        for (std::size_t t = 0; t < n_tokens; ++t) {
-          // token t alone gives the same bits as among the others
-          const auto one = panel_dots(w, rows, a.data() + t * nb, 1, nb);
-          for (std::size_t r = 0; r < rows; ++r) {
-            const float got = out[t * rows + r];
-            const exact_dot x = exact(w.data() + r * nb, a.data() + t * nb, nb);
-            const float want = q::ref::vec_dot(w.data() + r * nb, a.data() + t * nb, nb * q::qk_k);
-            const bool ok = std::fabs(got - x.value) <= gamma_n(double(nb) + 3) * x.magnitude &&
-                            std::fabs(double(got) - want) <= (gamma_n(double(nb) + 3) + gamma_n(double(nb) + 20)) * x.magnitude;
-            if (!ok) {
-              INFO("row " << r << " token " << t << ": panel " << got << " exact " << x.value << " T " << x.magnitude
-                          << " ref " << want);
-              CHECK(ok);
-            }
-            within = within && ok;
-            alone_same = alone_same && one[r] == got;
-          }
-        }
-        CHECK(within);
-        CHECK(alone_same);
-        bool tail_untouched = true;
-        for (std::size_t i = n_tokens * rows; i < out.size(); ++i) tail_untouched = tail_untouched && out[i] == -7.0f;
-        CHECK(tail_untouched);
+        check_tile_dots(w, a, rows, n_tokens, nb, [&](const q::block_q8_K* at, std::size_t nt) {
+          return panel_dots(w, rows, at, nt, nb);
+        });
       }
 }
 
@@ -436,31 +447,10 @@ void check_x16_kernel(const char* name, std::uint32_t seed) {
         const auto w = random_blocks<B>(rows * nb, rng);
         const auto packed = pack_rows<X>(w, rows, nb);
         const auto a = random_activations(n_tokens * nb, rng);
-        const auto out = x16_dots(packed, rows, a.data(), n_tokens, nb);
         INFO(name << " nb " << nb << " rows " << rows << " tokens " << n_tokens);
-        bool within = true, alone_same = true;
-        for (std::size_t t = 0; t < n_tokens; ++t) {
-          const auto one = x16_dots(packed, rows, a.data() + t * nb, 1, nb);
-          for (std::size_t r = 0; r < rows; ++r) {
-            const float got = out[t * rows + r];
-            const exact_dot x = exact(w.data() + r * nb, a.data() + t * nb, nb);
-            const float want = q::ref::vec_dot(w.data() + r * nb, a.data() + t * nb, nb * q::qk_k);
-            const bool ok = std::fabs(got - x.value) <= gamma_n(double(nb) + 3) * x.magnitude &&
-                            std::fabs(double(got) - want) <= (gamma_n(double(nb) + 3) + gamma_n(double(nb) + 20)) * x.magnitude;
-            if (!ok) {
-              INFO("row " << r << " token " << t << ": x16 " << got << " exact " << x.value << " T " << x.magnitude
-                          << " ref " << want);
-              CHECK(ok);
-            }
-            within = within && ok;
-            alone_same = alone_same && one[r] == got;
-          }
-        }
-        CHECK(within);
-        CHECK(alone_same);  // a token's result does not depend on the tokens beside it
-        bool tail_untouched = true;
-        for (std::size_t i = n_tokens * rows; i < out.size(); ++i) tail_untouched = tail_untouched && out[i] == -7.0f;
-        CHECK(tail_untouched);
+        check_tile_dots(w, a, rows, n_tokens, nb, [&](const q::block_q8_K* at, std::size_t nt) {
+          return x16_dots(packed, rows, at, nt, nb);
+        });
 #if defined(KESTREL_KQUANT_PANEL)
         // the prefill panels packed from x16 == packed from the rows, bit for bit
         if (n_tokens == 9) {

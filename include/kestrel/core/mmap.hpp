@@ -98,6 +98,19 @@ inline void release_pages(const void* p, std::size_t n) noexcept {
   if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
 }
 
+/// Asks the kernel to map the whole pages inside [p, p + n) of a file
+/// mapping 4 KiB at a time (madvise MADV_NOHUGEPAGE). Where the page cache
+/// holds the file in 2 MiB folios (FileHugePages in /proc/meminfo), a read
+/// of one byte may otherwise map all 2 MiB around it: a token embedding
+/// lookup per token then brought a TinyLlama q8_0 file's whole 70 MB table
+/// into the process's memory. A hint: ignored where unsupported.
+inline void map_small_pages(const void* p, std::size_t n) noexcept {
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = (reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page;
+  const auto hi = (reinterpret_cast<std::uintptr_t>(p) + n) / page * page;
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_NOHUGEPAGE);
+}
+
 /// Whether the kernel hands out transparent huge pages to a region that asks
 /// for them (Linux: /sys/kernel/mm/transparent_hugepage/enabled is
 /// "[always]" or "[madvise]"; false where the file is missing or says

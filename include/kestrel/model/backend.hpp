@@ -103,7 +103,8 @@ class cpu_backend {
   /// splitting the copy. Matrices made at load (transposed, converted) stay
   /// where they are. The norms and biases stay in the mapping (a few KiB per
   /// layer), and so do the token embeddings unless the output matrix is tied
-  /// to them (decode reads one row).
+  /// to them (decode reads one row); those mappings are then read by 4 KiB
+  /// pages (map_small_pages).
   /// With AVX-512 VNNI, q4_K and q6_K matrices are not copied as they are
   /// but interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16,
   /// quant/kquant_x16.hpp; q4_K the same size, q6_K 1% larger), which
@@ -154,6 +155,9 @@ class cpu_backend {
       views[i]->type = p.type;
     }
     w.copy = std::move(copy);
+    // What stays in the mappings (norms, biases, the token embeddings) is
+    // read a few bytes at a time: map it by small pages (core/mmap.hpp).
+    for (const auto& m : w.mapped) map_small_pages(m.data(), m.size());
   }
 
  private:

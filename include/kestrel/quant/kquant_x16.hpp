@@ -95,6 +95,16 @@ inline std::uint32_t crumbs(const std::uint8_t* p, int s) noexcept {
   for (int g = 0; g < 4; ++g) out |= ((word(p + 4 * g) >> s) & m) << (2 * g);
   return out;
 }
+/// The loop both pack_x16 share: out[b] zeroed, then row(x, o, r) for the
+/// source block x = block b of row r, r < n_rows.
+template <class B, class X, class Row>
+inline void pack_blocks(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb, X* out,
+                        Row&& row) noexcept {
+  for (std::size_t b = 0; b < nb; ++b) {
+    std::memset(&out[b], 0, sizeof(X));
+    for (std::size_t r = 0; r < n_rows; ++r) row(reinterpret_cast<const B*>(rows + r * row_bytes)[b], out[b], r);
+  }
+}
 }  // namespace detail::x16_pack
 
 /// Rows [0, n_rows) of a q4_K matrix (rows row_bytes apart, nb blocks each;
@@ -104,24 +114,19 @@ inline std::uint32_t crumbs(const std::uint8_t* p, int s) noexcept {
 inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
                      block_q4_K_x16* out) noexcept {
   using namespace detail::x16_pack;
-  for (std::size_t b = 0; b < nb; ++b) {
-    block_q4_K_x16& o = out[b];
-    std::memset(&o, 0, sizeof o);
-    for (std::size_t r = 0; r < n_rows; ++r) {
-      const block_q4_K& x = reinterpret_cast<const block_q4_K*>(rows + r * row_bytes)[b];
-      for (int u = 0; u < 8; ++u) {
-        // sub-block u: values 64c + 32t + k are nibble t of qs[32c + k]
-        const std::uint8_t* q = x.qs + 32 * (u / 2);
-        for (int g = 0; g < 4; ++g) {
-          const std::uint32_t v = nibbles(q + 4 * g, q + 16 + 4 * g, u % 2);
-          std::memcpy(o.qs[u][g][r], &v, 4);
-        }
+  pack_blocks<block_q4_K>(rows, row_bytes, n_rows, nb, out, [](const block_q4_K& x, block_q4_K_x16& o, std::size_t r) {
+    for (int u = 0; u < 8; ++u) {
+      // sub-block u: values 64c + 32t + k are nibble t of qs[32c + k]
+      const std::uint8_t* q = x.qs + 32 * (u / 2);
+      for (int g = 0; g < 4; ++g) {
+        const std::uint32_t v = nibbles(q + 4 * g, q + 16 + 4 * g, u % 2);
+        std::memcpy(o.qs[u][g][r], &v, 4);
       }
-      for (int w = 0; w < 3; ++w) o.scales[w][r] = word(x.scales + 4 * w);
-      o.d[r] = x.d;
-      o.dmin[r] = x.dmin;
     }
-  }
+    for (int w = 0; w < 3; ++w) o.scales[w][r] = word(x.scales + 4 * w);
+    o.d[r] = x.d;
+    o.dmin[r] = x.dmin;
+  });
 }
 
 /// Row r (< 16) of a panel's nb x16 blocks back as nb q4_K blocks, bit for
@@ -176,28 +181,23 @@ template <> struct x16_source<block_q6_K_x16> { using type = block_q6_K; };
 inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
                      block_q6_K_x16* out) noexcept {
   using namespace detail::x16_pack;
-  for (std::size_t b = 0; b < nb; ++b) {
-    block_q6_K_x16& o = out[b];
-    std::memset(&o, 0, sizeof o);
-    for (std::size_t r = 0; r < n_rows; ++r) {
-      const block_q6_K& x = reinterpret_cast<const block_q6_K*>(rows + r * row_bytes)[b];
-      for (int u = 0; u < 8; ++u) {
-        const std::uint8_t* ql = x.ql + 64 * (u / 4) + 32 * (u % 2);
-        const std::uint8_t* qh = x.qh + 32 * (u / 4);
-        for (int g = 0; g < 4; ++g) {
-          const std::uint32_t v = nibbles(ql + 4 * g, ql + 16 + 4 * g, (u % 4) / 2);
-          std::memcpy(o.ql[u][g][r], &v, 4);
-        }
-        for (int h = 0; h < 2; ++h) {
-          const std::uint32_t v = crumbs(qh + 16 * h, 2 * (u % 4));
-          std::memcpy(o.qh[u][h][r], &v, 4);
-        }
-        o.scales[u][0][r] = x.scales[2 * u];
-        o.scales[u][1][r] = x.scales[2 * u + 1];
+  pack_blocks<block_q6_K>(rows, row_bytes, n_rows, nb, out, [](const block_q6_K& x, block_q6_K_x16& o, std::size_t r) {
+    for (int u = 0; u < 8; ++u) {
+      const std::uint8_t* ql = x.ql + 64 * (u / 4) + 32 * (u % 2);
+      const std::uint8_t* qh = x.qh + 32 * (u / 4);
+      for (int g = 0; g < 4; ++g) {
+        const std::uint32_t v = nibbles(ql + 4 * g, ql + 16 + 4 * g, (u % 4) / 2);
+        std::memcpy(o.ql[u][g][r], &v, 4);
       }
-      o.d[r] = x.d;
+      for (int h = 0; h < 2; ++h) {
+        const std::uint32_t v = crumbs(qh + 16 * h, 2 * (u % 4));
+        std::memcpy(o.qh[u][h][r], &v, 4);
+      }
+      o.scales[u][0][r] = x.scales[2 * u];
+      o.scales[u][1][r] = x.scales[2 * u + 1];
     }
-  }
+    o.d[r] = x.d;
+  });
 }
 
 /// As unpack_x16 above, for q6_K.
