@@ -206,7 +206,6 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
 template <class X>
 inline void x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
                        bool reference) {
-  using B = typename quant::x16_source<X>::type;
   const std::size_t cols = w.cols, rows = w.rows, nb = cols / quant::qk_k, n_panels = (rows + 15) / 16;
   if (nb == 0) {
     std::fill(y, y + n_tokens * rows, 0.0f);
@@ -216,6 +215,7 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
   const auto* const panels = static_cast<const X*>(w.data);
   const std::size_t work = n_tokens * rows * cols;
 #if defined(KESTREL_KQUANT_X16)
+  using B = typename quant::x16_source<X>::type;
   if (!reference && n_tokens >= quant::kpanel_min_tokens<B>) {
     // Prefill: the row-major type's panels, packed from the x16 panels (the
     // same packed blocks, so the same bits as from the file's layout).

@@ -101,10 +101,10 @@ class cpu_backend {
   /// matrix shared by two views, as tied embeddings, once) into one
   /// huge_page_buffer and points the views at the copy, the threads
   /// splitting the copy. Matrices made at load (transposed, converted) stay
-  /// where they are. The norms and biases stay in the mapping (a few KiB per
-  /// layer), and so do the token embeddings unless the output matrix is tied
-  /// to them (decode reads one row); those mappings are then read by 4 KiB
-  /// pages (map_small_pages).
+  /// where they are. The norms and biases are copied to a plain buffer. The
+  /// token embeddings stay in the mapping unless the output matrix is tied to
+  /// them (decode reads one row); the mappings' pages are then all given
+  /// back and read again by 4 KiB pages (map_small_pages).
   /// With AVX-512 VNNI, q4_K and q6_K matrices are not copied as they are
   /// but interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16,
   /// quant/kquant_x16.hpp; q4_K the same size, q6_K 1% larger), which
@@ -154,10 +154,41 @@ class cpu_backend {
       views[i]->data = dst;
       views[i]->type = p.type;
     }
-    w.copy = std::move(copy);
-    // What stays in the mappings (norms, biases, the token embeddings) is
-    // read a few bytes at a time: map it by small pages (core/mmap.hpp).
-    for (const auto& m : w.mapped) map_small_pages(m.data(), m.size());
+    // The norms and biases too, into a plain buffer: then nothing but the
+    // token embeddings is read from the file after this, and the whole
+    // mappings can be given back. Where the page cache holds the file in
+    // large folios, a fault maps the whole folio around the byte read: a
+    // norm read beside a matrix brought up to 2 MiB of that matrix back.
+    struct placed {
+      std::shared_ptr<huge_page_buffer> matrices;
+      std::vector<float> vectors;
+    };
+    auto moved = std::make_shared<placed>();
+    moved->matrices = std::move(copy);
+    std::vector<std::pair<const float**, std::size_t>> vecs;
+    for (auto& L : w.layers)
+      for (const auto& v : L.vectors(w.hparams)) vecs.push_back(v);
+    vecs.push_back({&w.output_norm, w.hparams.n_embd});
+    vecs.push_back({&w.output_norm_b, w.hparams.n_embd});
+    std::size_t n_floats = 0;
+    for (const auto& [p, n] : vecs)
+      if (*p && w.in_mapping(*p, n * sizeof(float))) n_floats += n;
+    moved->vectors.resize(n_floats);
+    float* at = moved->vectors.data();
+    for (const auto& [p, n] : vecs)
+      if (*p && w.in_mapping(*p, n * sizeof(float))) {
+        std::memcpy(at, *p, n * sizeof(float));
+        *p = at;
+        at += n;
+      }
+    w.copy = std::move(moved);
+    // What stays in the mappings (the token embeddings, rope frequencies)
+    // is read a row at a time: give every page back, and map what is read
+    // again by small pages (core/mmap.hpp).
+    for (const auto& m : w.mapped) {
+      release_pages(m.data(), m.size());
+      map_small_pages(m.data(), m.size());
+    }
   }
 
  private:

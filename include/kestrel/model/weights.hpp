@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kestrel/core/error.hpp"
@@ -39,6 +40,14 @@ struct llama_layer_weights {
   weight_view ffn_down;              // (n_embd, n_ff)   w2
   const float* ffn_up_b = nullptr;   // (n_ff)
   const float* ffn_down_b = nullptr; // (n_embd)
+
+  /// The layer's norm weights and biases with their lengths in floats (a
+  /// part the architecture lacks is null).
+  std::array<std::pair<const float**, std::size_t>, 10> vectors(const llama_hparams& hp) noexcept {
+    const std::size_t d = hp.n_embd, kv = hp.kv_dim();
+    return {{{&attn_norm, d}, {&attn_norm_b, d}, {&bq, d}, {&bk, kv}, {&bv, kv}, {&bo, d}, {&ffn_norm, d},
+             {&ffn_norm_b, d}, {&ffn_up_b, hp.n_ff}, {&ffn_down_b, d}}};
+  }
 
   /// The layer's seven matrices, in the order decode reads them (a part the
   /// architecture lacks has null data).
