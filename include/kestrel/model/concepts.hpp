@@ -35,7 +35,8 @@
 //   b.rope_rotate(x, n_heads, head_dim, cs, sn, rope_spec)
 // Once, when the model is built, before any other call: place the weights
 // where the backend reads them best (the views may then point elsewhere,
-// to the same bytes; weights.copy owns what they point to):
+// to the same values, in the same layout or, with a new dtype, in one of the
+// backend's own such as q4_k_x16; weights.copy owns what they point to):
 //   b.prepare_weights(weights)           llama_weights& (model/weights.hpp)
 //
 // Semantics: every operation has the meaning of its scalar twin in

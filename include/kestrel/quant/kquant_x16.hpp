@@ -1,40 +1,44 @@
-// kestrel/quant/kquant_x16.hpp: q4_K with 16 rows interleaved ("q4_K_x16",
-// dtype::q4_k_x16), the layout cpu_backend gives a file's q4_K matrices when
-// it copies them at load (model/backend.hpp), and its dots against q8_K
-// activations:
+// kestrel/quant/kquant_x16.hpp: q4_K and q6_K with 16 rows interleaved
+// ("q4_K_x16", "q6_K_x16"; dtype::q4_k_x16, q6_k_x16), the layouts
+// cpu_backend gives a file's q4_K and q6_K matrices when it copies them at
+// load (model/backend.hpp), and their dots against q8_K activations:
 //
-//   quant::pack_x16(rows, row_bytes, n_rows, nb, panel);      // 16 q4_K rows -> nb x16 blocks
+//   quant::pack_x16(rows, row_bytes, n_rows, nb, panel);      // 16 rows -> nb x16 blocks
 //   quant::unpack_x16(panel, r, nb, row);                     // and back, bit for bit
 //   quant::ref::vec_dot_x16(panel, r, a, n);                  // the scalar twin: row r of a panel
 //   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // AVX-512 VNNI
+//   quant::detail::x16::pack_kpanel(panel, nb, blocks);       // the prefill panels' blocks
 //
 // Why: quant/kquants.hpp's row-major kernel spends two 256-bit multiplies
 // per 32 weights (vpmaddubsw, then the sub-block scale by vpdpwssd) plus a
-// shuffle for the scale, about 19 cycles per 144-byte block on Zen 4: 20-23
-// GB/s a core, below the ~25 GB/s a core that decode's weights stream at,
-// so Q4_K_M decode stayed at 0.74-0.81 of the bandwidth bound. With a row
-// per int32 lane the scale is one vpmulld per 16 rows x 32 values, as in the
-// prefill panels (quant/kquant_panels.hpp), and the codes stay 4-bit: a
+// shuffle for the scale, about 19 cycles per 144-byte q4_K block on Zen 4:
+// 17-24 GB/s a core, below the ~25 GB/s a core that decode's weights stream
+// at, so Q4_K_M decode stayed at 0.74-0.81 of the bandwidth bound. With a
+// row per int32 lane the scale is one vpmulld per 16 rows x 32 values, as in
+// the prefill panels (quant/kquant_panels.hpp), and the codes stay packed: a
 // 64-byte load holds 16 rows x 8 codes, its low nibbles values 4g .. 4g + 3
 // of a sub-block and its high nibbles values 16 + 4g .. 16 + 4g + 3, so one
-// vpandd each gives vpdpbusd its operand (the high nibbles as 16 x code,
-// shifted back exactly once the chain is summed). Measured before wiring it
-// in (/tmp prototype, one thread, 5632 x 2048 in L3): 35.8 GB/s against the
-// row-major kernel's 21.7 (1.65x); two threads 59.0 against 26.4.
+// vpandd each gives vpdpbusd its operand (q4_K: the high nibbles as 16 x
+// code, shifted back exactly once the chain is summed; q6_K: the two high
+// bits merged in by a shift and a vpternlogd). Measured
+// (kestrel-bench-kquant, matvec x16_vs_matvec, 5632 x 2048 and 2048 x 5632,
+// one and two threads): q4_K 1.51-1.84x the row-major kernel, q6_K
+// 1.25-1.63x.
 //
-// The layout of one x16 block (16 rows, values 256 b .. 256 b + 255 of each;
-// 2304 bytes, as 16 rows of q4_K): qs[u][g][r] holds row r's codes 32u + 4g
-// + j (low nibble of byte j) and 32u + 16 + 4g + j (high nibble), j < 4;
-// scales[w][r] the w-th 32-bit word of row r's 12 packed scale bytes, so the
-// kernel unpacks the 6-bit scales and mins of 16 rows with one set of word
-// operations (quant/kquants.hpp's scales_k4, a row per lane); d and dmin
-// per row.
+// The layout of one q4_K x16 block (16 rows, values 256 b .. 256 b + 255 of
+// each; 2304 bytes, as 16 rows of q4_K; q6_K's below): qs[u][g][r] holds row
+// r's codes 32u + 4g + j (low nibble of byte j) and 32u + 16 + 4g + j (high
+// nibble), j < 4; scales[w][r] the w-th 32-bit word of row r's 12 packed
+// scale bytes, so the kernel unpacks the 6-bit scales and mins of 16 rows
+// with one set of word operations (quant/kquants.hpp's scales_k4, a row per
+// lane); d and dmin per row.
 // A panel's rows past the matrix's are zero (d = dmin = 0). A matrix of R
 // rows is ceil(R / 16) panels, each nb blocks of its 16 rows, panel after
 // panel: weight_view's row_bytes() is a panel's bytes / 16, so rows_from a
 // multiple of 16 still finds its panel.
 //
-// Arithmetic per (row, token) and block, as the prefill panels': S = sum_u
+// Arithmetic per (row, token) and block, as the prefill panels' (q6_K: no
+// min term, the code offset folded into S as below): S = sum_u
 // sc_u sum_{i in u} v_i a_i exactly in int32 (|S| <= 256 * 15 * 63 * 128 <
 // 2^25), C = sum_u m_u (bsum_2u + bsum_2u+1) exactly, acc = fma(d d8,
 // float(S), acc), accm = fma(-dmin d8, float(C), accm), result acc + accm:
