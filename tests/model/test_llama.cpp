@@ -344,6 +344,7 @@ TEST_CASE("q4_K and q6_K matrices copied at load are interleaved by 16 rows: the
       }
     }
     CHECK(moved.output.type == want_type);
+    CHECK_THROWS_AS((void)ggml_type_of(interleaved), invalid_argument);  // a repacked model is not saved as GGUF
     CHECK(moved.token_embd.type == want_type);  // tied: one copy, one type
     CHECK(moved.output.data == moved.token_embd.data);
     CHECK(same_rows(moved.output, file.output));

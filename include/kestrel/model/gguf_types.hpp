@@ -28,7 +28,9 @@ constexpr std::optional<dtype> weight_dtype_of(io::ggml_type t) noexcept {
   return std::nullopt;
 }
 
-/// The GGUF tensor type that stores a weight dtype (every dtype has one).
+/// The GGUF tensor type that stores a weight dtype: every dtype but the
+/// backends' interleaved layouts (q4_k_x16, q6_k_x16), which throw
+/// invalid_argument: a model whose weights a backend repacked is not saved.
 inline io::ggml_type ggml_type_of(dtype t) {
   for (const auto& [g, d] : gguf_weight_types)
     if (d == t) return g;
