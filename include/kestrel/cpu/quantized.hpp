@@ -198,11 +198,10 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
 /// row-major type (quant/kquant_panels.hpp), packed from the x16 panels: the
 /// same bits as the row-major type's prefill, and 4-8% faster than the x16
 /// kernel on 512 tokens (kestrel-bench pp512, Q4_K_M, 110M and TinyLlama
-/// shapes). Shorter calls (decode) take the x16 kernel, tiled for the
-/// caches as the row-major path below (a tile of panels, about 128 KiB,
-/// meets a tile of tokens, about 256 KiB of q8_K activations, 4 tokens at
-/// a time). Without VNNI, and for the reference, the scalar twin per
-/// (row, token).
+/// shapes). Shorter calls (decode and short prompts, at most 31 tokens: no
+/// cache tiling, which only pays for prefill's hundreds) take the x16
+/// kernel, each panel against all the tokens, 4 at a time. Without VNNI, and for the reference, the scalar twin
+/// per (row, token).
 template <class X>
 inline void x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
                        bool reference) {
@@ -230,20 +229,10 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
     return;
   }
   if (!reference) {
-    namespace qx = quant::detail::x16;
-    const std::size_t g = qx::token_group;
-    const std::size_t t_tile = std::max(g, (256 * 1024 / (nb * sizeof(quant::block_q8_K))) / g * g);
-    const std::size_t p_tile = std::max<std::size_t>(1, 128 * 1024 / (nb * sizeof(X)));
     parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
-      for (std::size_t pb = p0; pb < p1; pb += p_tile) {
-        const std::size_t pe = std::min(p1, pb + p_tile);
-        for (std::size_t t0 = 0; t0 < n_tokens; t0 += t_tile) {
-          const std::size_t nt = std::min(t_tile, n_tokens - t0);
-          for (std::size_t p = pb; p < pe; ++p)
-            qx::x16_tokens(panels + p * nb, std::min<std::size_t>(16, rows - 16 * p), a + t0 * nb, nb, nt,
-                           y + t0 * rows + 16 * p, rows);
-        }
-      }
+      for (std::size_t p = p0; p < p1; ++p)
+        quant::detail::x16::x16_tokens(panels + p * nb, std::min<std::size_t>(16, rows - 16 * p), a, nb, n_tokens,
+                                       y + 16 * p, rows);
     }, work);
     return;
   }

@@ -165,22 +165,25 @@ class cpu_backend {
     };
     auto moved = std::make_shared<placed>();
     moved->matrices = std::move(copy);
-    std::vector<std::pair<const float**, std::size_t>> vecs;
-    for (auto& L : w.layers)
-      for (const auto& v : L.vectors(w.hparams)) vecs.push_back(v);
-    vecs.push_back({&w.output_norm, w.hparams.n_embd});
-    vecs.push_back({&w.output_norm_b, w.hparams.n_embd});
+    std::vector<std::pair<const float**, std::size_t>> vecs;  // those in a mapping
     std::size_t n_floats = 0;
-    for (const auto& [p, n] : vecs)
-      if (*p && w.in_mapping(*p, n * sizeof(float))) n_floats += n;
+    auto take = [&](const std::pair<const float**, std::size_t>& v) {
+      if (*v.first && w.in_mapping(*v.first, v.second * sizeof(float))) {
+        vecs.push_back(v);
+        n_floats += v.second;
+      }
+    };
+    for (auto& L : w.layers)
+      for (const auto& v : L.vectors(w.hparams)) take(v);
+    take({&w.output_norm, w.hparams.n_embd});
+    take({&w.output_norm_b, w.hparams.n_embd});
     moved->vectors.resize(n_floats);
     float* at = moved->vectors.data();
-    for (const auto& [p, n] : vecs)
-      if (*p && w.in_mapping(*p, n * sizeof(float))) {
-        std::memcpy(at, *p, n * sizeof(float));
-        *p = at;
-        at += n;
-      }
+    for (const auto& [p, n] : vecs) {
+      std::memcpy(at, *p, n * sizeof(float));
+      *p = at;
+      at += n;
+    }
     w.copy = std::move(moved);
     // What stays in the mappings (the token embeddings, rope frequencies)
     // is read a row at a time: give every page back, and map what is read
@@ -221,8 +224,8 @@ class cpu_backend {
   /// A q4_K or q6_K matrix (in the file mapping) interleaved into dst
   /// (copy_type), the threads splitting the panels; as copy_matrix, the
   /// file's pages are given back as their rows are packed (the whole pages
-  /// inside each thread's share, then every page of the matrix once all are
-  /// done).
+  /// inside each run; the pages a run boundary cuts go back with the whole
+  /// mappings at the end of prepare_weights).
   void interleave([[maybe_unused]] const weight_view& v, [[maybe_unused]] std::byte* dst) {
 #if defined(KESTREL_KQUANT_X16)
     auto run = [&]<class X>(X* out) {
@@ -240,7 +243,6 @@ class cpu_backend {
           release_pages(src + lo, hi - lo);
         }
       }, v.rows * row_bytes);
-      release_pages(src, v.bytes());
     };
     if (v.type == dtype::q4_k) run(reinterpret_cast<quant::block_q4_K_x16*>(dst));
     else if (v.type == dtype::q6_k) run(reinterpret_cast<quant::block_q6_K_x16*>(dst));

@@ -214,13 +214,10 @@ inline void panel_group(const kpanel_block* p, const block_q8_K* a, std::size_t 
 template <class B>
 inline void kpanel_tokens(const kpanel_block* p, std::size_t n_rows, const block_q8_K* a, std::size_t nb,
                           std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
-  const __mmask16 valid = panel_row_mask(n_rows);
-  __m512 acc[token_group];
-  auto group = [&]<std::size_t NT>(std::size_t t) {
-    panel_group<B, NT>(p, a + t * nb, nb, nb, acc);
-    for (std::size_t i = 0; i < NT; ++i) _mm512_mask_storeu_ps(out + (t + i) * out_stride, valid, acc[i]);
-  };
-  for_token_groups<token_group>(n_tokens, group);
+  panel_token_groups<token_group>(n_tokens, panel_row_mask(n_rows), out, out_stride,
+                                  [&]<std::size_t NT>(std::size_t t, __m512* acc) {
+                                    panel_group<B, NT>(p, a + t * nb, nb, nb, acc);
+                                  });
 }
 
 }  // namespace detail::kp

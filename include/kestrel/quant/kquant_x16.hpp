@@ -421,13 +421,10 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
 template <class X>
 inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std::size_t nb,
                        std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
-  const __mmask16 valid = panel_row_mask(n_rows);
-  __m512 acc[token_group];
-  auto group = [&]<std::size_t NT>(std::size_t t) {
-    x16_group<X, NT>(p, a + t * nb, nb, nb, acc);
-    for (std::size_t i = 0; i < NT; ++i) _mm512_mask_storeu_ps(out + (t + i) * out_stride, valid, acc[i]);
-  };
-  for_token_groups<token_group>(n_tokens, group);
+  panel_token_groups<token_group>(n_tokens, panel_row_mask(n_rows), out, out_stride,
+                                  [&]<std::size_t NT>(std::size_t t, __m512* acc) {
+                                    x16_group<X, NT>(p, a + t * nb, nb, nb, acc);
+                                  });
 }
 
 #if defined(KESTREL_KQUANT_PANEL)

@@ -220,12 +220,9 @@ inline void panel_tokens(Src&& src, const activation_of_t<W>* a, const token_aux
 template <class W, class Src>
 inline void panel_all_tokens(Src&& src, const activation_of_t<W>* a, const token_aux* aux, std::size_t nb,
                              std::size_t n_tokens, __mmask16 valid, float* out, std::size_t out_stride) noexcept {
-  __m512 acc[token_group];
-  auto group = [&]<std::size_t NT>(std::size_t t) {
+  panel_token_groups<token_group>(n_tokens, valid, out, out_stride, [&]<std::size_t NT>(std::size_t t, __m512* acc) {
     panel_tokens<W, NT>(src, a + t * nb, aux + t * nb, nb, nb, acc);
-    for (std::size_t i = 0; i < NT; ++i) _mm512_mask_storeu_ps(out + (t + i) * out_stride, valid, acc[i]);
-  };
-  for_token_groups<token_group>(n_tokens, group);
+  });
 }
 
 inline panel_rows_at rows_at(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows) noexcept {

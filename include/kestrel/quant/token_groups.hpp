@@ -53,4 +53,21 @@ inline void for_token_groups(std::size_t n, F&& group) {
   }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512VNNI__)
+/// Tokens [0, n_tokens) against one 16-row panel, in groups of G (then 4,
+/// 2, 1): kernel.template operator()<NT>(t, acc) leaves in acc[i] (lane r =
+/// row r) the outputs of token t + i, i < NT, which go to out + (t + i) *
+/// out_stride, the lanes in `valid` only. The driver of every panel kernel
+/// (legacy, k-quant, x16).
+template <std::size_t G, class Kernel>
+inline void panel_token_groups(std::size_t n_tokens, __mmask16 valid, float* out, std::size_t out_stride,
+                               Kernel&& kernel) {
+  __m512 acc[G];
+  for_token_groups<G>(n_tokens, [&]<std::size_t NT>(std::size_t t) {
+    kernel.template operator()<NT>(t, acc);
+    for (std::size_t i = 0; i < NT; ++i) _mm512_mask_storeu_ps(out + (t + i) * out_stride, valid, acc[i]);
+  });
+}
+#endif
+
 }  // namespace kestrel::quant
