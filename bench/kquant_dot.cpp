@@ -159,18 +159,16 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
         std::vector<float> y(nt * R);
         std::vector<A> act(nt * (C / qk));
         const bool with_ref = n_threads == 1 && nt == 1;
-        // q4_K and q6_K: the same matrix interleaved by 16 rows, as cpu_backend
-        // places a file's (dtype::q4_k_x16 / q6_k_x16, quant/kquant_x16.hpp)
+        // q4_K and q6_K: the same matrix interleaved by 16 rows, as
+        // cpu_backend places a file's (dtype::q4_k_x16 / q6_k_x16, quant/kquant_x16.hpp)
         std::vector<std::byte> x16_bytes;
         kestrel::weight_view x16_view;
 #if defined(KESTREL_KQUANT_X16)
         auto make_x16 = [&]<class X>(kestrel::dtype xt) {
-          const std::size_t nb = C / qk, n_panels = (R + 15) / 16;
-          x16_bytes.resize(n_panels * nb * sizeof(X) + 64);
+          const std::size_t n_panels = (R + 15) / 16;
+          x16_bytes.resize(n_panels * (C / X::values) * sizeof(X) + 64);
           auto* out = reinterpret_cast<X*>((reinterpret_cast<std::uintptr_t>(x16_bytes.data()) + 63) / 64 * 64);
-          for (std::size_t p = 0; p < n_panels; ++p)
-            q::pack_x16(reinterpret_cast<const std::byte*>(w.data()) + 16 * p * nb * sizeof(B), nb * sizeof(B),
-                        std::min<std::size_t>(16, R - 16 * p), nb, out + p * nb);
+          q::pack_x16_panels(reinterpret_cast<const std::byte*>(w.data()), (C / qk) * sizeof(B), R, C, 0, n_panels, out);
           x16_view = {xt, out, R, C};
         };
         if constexpr (std::is_same_v<B, q::block_q4_K>) make_x16.template operator()<q::block_q4_K_x16>(kestrel::dtype::q4_k_x16);

@@ -281,9 +281,8 @@ struct x16_weight {
   x16_weight(const kquant_weight<B>& w, dtype type) {
     const std::size_t rows = w.view.rows, nb = w.view.cols / q::qk_k, n_panels = (rows + 15) / 16;
     panels.resize(n_panels * nb);
-    for (std::size_t p = 0; p < n_panels; ++p)
-      q::pack_x16(reinterpret_cast<const std::byte*>(w.blocks.data() + 16 * p * nb), nb * sizeof(B),
-                  std::min<std::size_t>(16, rows - 16 * p), nb, panels.data() + p * nb);
+    q::pack_x16_panels(reinterpret_cast<const std::byte*>(w.blocks.data()), nb * sizeof(B), rows, w.view.cols, 0,
+                       n_panels, panels.data());
     view = {type, panels.data(), rows, w.view.cols};
     REQUIRE(view.bytes() == panels.size() * sizeof(X));
   }

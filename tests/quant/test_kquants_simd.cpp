@@ -376,9 +376,8 @@ template <class X, class B>
 std::vector<X> pack_rows(const std::vector<B>& w, std::size_t rows, std::size_t nb) {
   const std::size_t n_panels = (rows + 15) / 16;
   std::vector<X> out(n_panels * nb);
-  for (std::size_t p = 0; p < n_panels; ++p)
-    q::pack_x16(reinterpret_cast<const std::byte*>(w.data() + 16 * p * nb), nb * sizeof(B),
-                std::min<std::size_t>(16, rows - 16 * p), nb, out.data() + p * nb);
+  q::pack_x16_panels(reinterpret_cast<const std::byte*>(w.data()), nb * sizeof(B), rows, nb * q::qk_k, 0, n_panels,
+                     out.data());
   return out;
 }
 

@@ -230,15 +230,13 @@ class cpu_backend {
 #if defined(KESTREL_KQUANT_X16)
     auto run = [&]<class X>(X* out) {
       const auto* src = static_cast<const std::byte*>(v.data);
-      const std::size_t nb = v.cols / quant::qk_k, row_bytes = v.row_bytes(), n_panels = (v.rows + 15) / 16;
+      const std::size_t row_bytes = v.row_bytes(), n_panels = (v.rows + 15) / 16;
       // Panels in runs of about 2 MiB of source, so pages go back as the copy proceeds.
       const std::size_t per_run = std::max<std::size_t>(1, huge_page_buffer::huge_page / (16 * row_bytes));
       cpu::parallel_for(pool_.get(), (n_panels + per_run - 1) / per_run, [&](std::size_t r0, std::size_t r1) {
         for (std::size_t r = r0; r < r1; ++r) {
           const std::size_t p0 = r * per_run, p1 = std::min(n_panels, p0 + per_run);
-          for (std::size_t p = p0; p < p1; ++p)
-            quant::pack_x16(src + 16 * p * row_bytes, row_bytes, std::min<std::size_t>(16, v.rows - 16 * p), nb,
-                            out + p * nb);
+          quant::pack_x16_panels(src, row_bytes, v.rows, v.cols, p0, p1, out);
           const std::size_t lo = 16 * p0 * row_bytes, hi = std::min(v.rows, 16 * p1) * row_bytes;
           release_pages(src + lo, hi - lo);
         }

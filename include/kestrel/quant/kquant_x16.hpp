@@ -4,6 +4,7 @@
 // load (model/backend.hpp), and their dots against q8_K activations:
 //
 //   quant::pack_x16(rows, row_bytes, n_rows, nb, panel);      // 16 rows -> nb x16 blocks
+//   quant::pack_x16_panels(rows, row_bytes, n_rows, cols, p0, p1, out);  // panels [p0, p1) of a matrix
 //   quant::unpack_x16(panel, r, nb, row);                     // and back, bit for bit
 //   quant::ref::vec_dot_x16(panel, r, a, n);                  // the scalar twin: row r of a panel
 //   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // AVX-512 VNNI
@@ -71,6 +72,7 @@ namespace kestrel::quant {
 inline constexpr std::size_t x16_rows = 16;
 
 struct alignas(64) block_q4_K_x16 {
+  static constexpr std::size_t values = 256;  // of each row
   std::uint8_t qs[8][4][16][4];  // [sub-block u][g][row r][j]: lo nibble 32u + 4g + j, hi 32u + 16 + 4g + j
   std::uint32_t scales[3][16];   // [w][r]: bytes 4w .. 4w + 3 of row r's block_q4_K::scales
   f16 d[16], dmin[16];
@@ -163,6 +165,7 @@ inline void unpack_x16(const block_q4_K_x16* panel, std::size_t r, std::size_t n
 /// 32u + 16h + 15), d per row; 32 bytes of padding keep every block on a
 /// cache line (3392 bytes per 16 rows, 16 rows of q6_K take 3360).
 struct alignas(64) block_q6_K_x16 {
+  static constexpr std::size_t values = 256;  // of each row
   std::uint8_t ql[8][4][16][4];
   std::uint8_t qh[8][2][16][4];
   std::int8_t scales[8][2][16];
@@ -224,6 +227,18 @@ inline void unpack_x16(const block_q6_K_x16* panel, std::size_t r, std::size_t n
     }
     x.d = p.d[r];
   }
+}
+
+/// Panels [p0, p1) of a matrix of n_rows rows (row_bytes apart, cols
+/// values each, a multiple of X::values) into out + p0 * (cols / X::values):
+/// panel p is rows 16 p .. 16 p + 15, the last one padded with zero rows.
+/// The whole matrix is panels [0, ceil(n_rows / 16)).
+template <class X>
+inline void pack_x16_panels(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t cols,
+                            std::size_t p0, std::size_t p1, X* out) noexcept {
+  const std::size_t nb = cols / X::values;
+  for (std::size_t p = p0; p < p1; ++p)
+    pack_x16(rows + x16_rows * p * row_bytes, row_bytes, std::min(x16_rows, n_rows - x16_rows * p), nb, out + p * nb);
 }
 
 namespace ref {
