@@ -132,14 +132,18 @@ TEST_CASE("decode attention per KV head: multi-query and grouped heads, split ac
   // Decode runs grouped-query attention through attend_block, a KV head's
   // query heads in slices when there are fewer than 4 KV heads (6 heads on
   // 1: slices of 2, 2, 2 and an empty task; 5 on 1: 2, 2, 1; 12 on 3: two
-  // slices of 2 per KV head); one head per KV head keeps attend.
-  struct shape { std::size_t n_head, n_head_kv; };
-  for (auto [n_head, n_head_kv] : {shape{6, 1}, shape{12, 3}, shape{5, 1}, shape{4, 4}}) {
+  // slices of 2 per KV head); one head per KV head (4 on 4) takes
+  // attend_heads, a run of heads per thread, also with a sliding window of
+  // 8 positions (decode past it from position 9 on).
+  struct shape { std::size_t n_head, n_head_kv, window; };
+  for (auto [n_head, n_head_kv, window] : {shape{6, 1, 0}, shape{12, 3, 0}, shape{5, 1, 0}, shape{4, 4, 0}, shape{4, 4, 8}}) {
     CAPTURE(n_head);
     CAPTURE(n_head_kv);
+    CAPTURE(window);
     auto hp = test::random_llama_shape();
     hp.n_head = n_head;
     hp.n_head_kv = n_head_kv;
+    hp.sliding_window = window;
     hp.n_embd = 32 * n_head;  // head_dim 32 = n_rot
     const auto w = test::random_llama(hp, dtype::f32, 11);
     llama_model<> model(w, 64, cpu_backend(2));
