@@ -419,35 +419,6 @@ TEST_CASE("cpu: attend == ref::attend") {
   }
 }
 
-TEST_CASE("cpu: attend_heads == attend per head, bit for bit") {
-  // Every score, softmax and output element is attend()'s own computation
-  // (cpu/attend.hpp), so the outputs and weights are compared exactly; attend
-  // itself is held to ref::attend above. head_dim 8 (stories260K), 64 and
-  // 128 take the vector path on every SIMD width here (a multiple of it);
-  // 67 and 3 the fallback; strides with padding between the positions.
-  const float sentinel = -7.0f;
-  for (std::size_t head_dim : {3, 8, 64, 67, 128})
-    for (std::size_t n_heads : {1, 2, 5, 12})
-      for (std::size_t n_kv : {0, 1, 5, 33, 130}) {
-        const std::size_t kv_stride = n_heads * head_dim + (n_kv % 2 ? 0 : 16), scratch_stride = n_kv + 3;
-        const auto seed = static_cast<std::uint32_t>(head_dim * 7919 + n_heads * 101 + n_kv);
-        const auto q = random_floats(n_heads * head_dim, seed, -3.0f, 3.0f);
-        const auto k = random_floats(n_kv * kv_stride + n_heads * head_dim, seed + 1, -3.0f, 3.0f);
-        const auto v = random_floats(n_kv * kv_stride + n_heads * head_dim, seed + 2);
-        const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-        std::vector<float> got(n_heads * head_dim, sentinel), want(n_heads * head_dim, sentinel);
-        std::vector<float> p_got(n_heads * scratch_stride, sentinel), p_want(n_heads * scratch_stride, sentinel);
-        cpu::attend_heads(q.data(), k.data(), v.data(), n_kv, head_dim, kv_stride, n_heads, scale, got.data(),
-                          p_got.data(), scratch_stride);
-        for (std::size_t h = 0; h < n_heads; ++h)
-          cpu::attend(q.data() + h * head_dim, k.data() + h * head_dim, v.data() + h * head_dim, n_kv, head_dim,
-                      kv_stride, scale, want.data() + h * head_dim, p_want.data() + h * scratch_stride);
-        INFO("head_dim " << head_dim << " n_heads " << n_heads << " n_kv " << n_kv);
-        CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
-        CHECK(std::memcmp(p_got.data(), p_want.data(), p_got.size() * sizeof(float)) == 0);
-      }
-}
-
 TEST_CASE("cpu: attend_block == ref::attend per (query, head)") {
   // A row of attend_block is attend()'s computation for that query: one dot
   // product per key (an FMA chain over d against the transposed key tile

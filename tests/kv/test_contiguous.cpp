@@ -9,36 +9,57 @@ static_assert(KvCache<contiguous_kv_cache>);
 static_assert(!KvCache<int>);
 static_assert(!std::is_copy_constructible_v<contiguous_kv_cache>, "copies of a cache are explicit: copy()");
 
-TEST_CASE("contiguous cache rows are distinct, strided and keep their contents") {
-  contiguous_kv_cache c(3, 16, 8);  // 3 layers, 16 positions, kv_dim 8
-  CHECK(c.n_layer() == 3);
-  CHECK(c.n_ctx() == 16);
-  CHECK(c.kv_dim() == 8);
-  CHECK(c.size() == 0);
-  for (std::size_t l = 0; l < 3; ++l)
-    for (std::size_t p = 0; p < 16; ++p)
-      for (std::size_t i = 0; i < 8; ++i) {
-        c.key(l, p)[i] = static_cast<float>(l * 1000 + p * 10 + i);
-        c.value(l, p)[i] = -static_cast<float>(l * 1000 + p * 10 + i);
+TEST_CASE("contiguous cache: each KV head's positions in one run, contents kept") {
+  // 3 layers, 16 positions, kv_dim 8 as 2 KV heads of 4 (and as 1 head of 8).
+  for (std::size_t n_head_kv : {1, 2}) {
+    CAPTURE(n_head_kv);
+    const std::size_t head_dim = 8 / n_head_kv;
+    contiguous_kv_cache c(3, 16, 8, n_head_kv);
+    CHECK(c.n_layer() == 3);
+    CHECK(c.n_ctx() == 16);
+    CHECK(c.kv_dim() == 8);
+    CHECK(c.n_head_kv() == n_head_kv);
+    CHECK(c.size() == 0);
+    for (std::size_t l = 0; l < 3; ++l)
+      for (std::size_t p = 0; p < 16; ++p) {
+        float k[8], v[8];
+        for (std::size_t i = 0; i < 8; ++i) {
+          k[i] = static_cast<float>(l * 1000 + p * 10 + i);
+          v[i] = -k[i];
+        }
+        c.store(l, p, k, v);
       }
-  for (std::size_t l = 0; l < 3; ++l) {
-    const kv_rows k = c.keys(l), v = c.values(l);
-    CHECK(k.stride == 8);
-    for (std::size_t p = 0; p < 16; ++p) {
-      CHECK(k.base[p * k.stride + 3] == static_cast<float>(l * 1000 + p * 10 + 3));
-      CHECK(v.base[p * v.stride + 5] == -static_cast<float>(l * 1000 + p * 10 + 5));
+    for (std::size_t l = 0; l < 3; ++l) {
+      const kv_rows k = c.keys(l), v = c.values(l);
+      CHECK(k.stride == head_dim);
+      CHECK(k.head_stride == 16 * head_dim);
+      CHECK(v.stride == head_dim);
+      CHECK(v.head_stride == 16 * head_dim);
+      for (std::size_t h = 0; h < n_head_kv; ++h)
+        for (std::size_t p = 0; p < 16; ++p)
+          for (std::size_t d = 0; d < head_dim; ++d) {
+            const auto want = static_cast<float>(l * 1000 + p * 10 + h * head_dim + d);
+            CHECK(k.at(h, p)[d] == want);
+            CHECK(v.at(h, p)[d] == -want);
+          }
+      // One head's positions are one run: position p + 1 right after p.
+      CHECK(k.at(n_head_kv - 1, 5) + head_dim == k.at(n_head_kv - 1, 6));
     }
+    c.resize(16);
+    CHECK(c.size() == 16);
+    CHECK_THROWS_WITH_AS(c.resize(17), "KV cache: 17 positions exceed the context of 16", invalid_argument);
+    auto d = c.copy();
+    c.clear();
+    CHECK(c.size() == 0);
+    CHECK(d.size() == 16);
+    CHECK(d.n_head_kv() == n_head_kv);
+    CHECK(d.keys(2).at(n_head_kv - 1, 15)[head_dim - 1] == 2157.0f);
   }
-  c.resize(16);
-  CHECK(c.size() == 16);
-  CHECK_THROWS_WITH_AS(c.resize(17), "KV cache: 17 positions exceed the context of 16", invalid_argument);
-  auto d = c.copy();
-  c.clear();
-  CHECK(c.size() == 0);
-  CHECK(d.size() == 16);
-  CHECK(d.keys(2).base[15 * 8 + 7] == 2157.0f);
 }
 
 TEST_CASE("an absurd context is a clear error, not a bad_alloc") {
   CHECK_THROWS_WITH_AS(contiguous_kv_cache(80, 1u << 24, 8192), doctest::Contains("lower the context"), invalid_argument);
+  CHECK_THROWS_WITH_AS(contiguous_kv_cache(2, 16, 8, 3), doctest::Contains("3 KV heads do not divide kv_dim 8"),
+                       invalid_argument);
+  CHECK_THROWS_WITH_AS(contiguous_kv_cache(2, 16, 8, 0), doctest::Contains("0 KV heads"), invalid_argument);
 }

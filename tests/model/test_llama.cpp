@@ -132,9 +132,11 @@ TEST_CASE("decode attention per KV head: multi-query and grouped heads, split ac
   // Decode runs grouped-query attention through attend_block, a KV head's
   // query heads in slices when there are fewer than 4 KV heads (6 heads on
   // 1: slices of 2, 2, 2 and an empty task; 5 on 1: 2, 2, 1; 12 on 3: two
-  // slices of 2 per KV head); one head per KV head (4 on 4) takes
-  // attend_heads, a run of heads per thread, also with a sliding window of
-  // 8 positions (decode past it from position 9 on).
+  // slices of 2 per KV head); one head per KV head (4 on 4) takes attend
+  // per head, also with a sliding window of 8 positions (decode past it
+  // from position 9 on). The cache keeps each KV head's positions in one
+  // run, so every shape here also checks that the heads' runs are addressed
+  // right (kv/contiguous.hpp).
   struct shape { std::size_t n_head, n_head_kv, window; };
   for (auto [n_head, n_head_kv, window] : {shape{6, 1, 0}, shape{12, 3, 0}, shape{5, 1, 0}, shape{4, 4, 0}, shape{4, 4, 8}}) {
     CAPTURE(n_head);

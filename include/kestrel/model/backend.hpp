@@ -80,13 +80,6 @@ class cpu_backend {
               std::size_t kv_stride, float scale, float* out, float* scratch) {
     cpu::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
   }
-  /// Optional: attend of n_heads consecutive heads of one query, each over
-  /// its own KV head (cpu/attend.hpp), the same bits as attend per head.
-  void attend_heads(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
-                    std::size_t kv_stride, std::size_t n_heads, float scale, float* out, float* scratch,
-                    std::size_t scratch_stride) {
-    cpu::attend_heads(q, k, v, n_kv, head_dim, kv_stride, n_heads, scale, out, scratch, scratch_stride);
-  }
   /// Optional: attention of a block of queries x the query heads of one KV
   /// head (cpu/attend_block.hpp), called from inside parallel_for. Its
   /// scratch is the caller's (a.scratch) or per thread and grow-only:

@@ -29,10 +29,6 @@
 // per (token, head)); called from inside parallel_for, so it must be safe
 // on several threads at once; args.scratch, when set, is the caller's:
 //   b.attend_block(args)                 cpu::attend_block_args (cpu/attend_block.hpp)
-// Attention of one query's n_heads consecutive heads, each over its own KV
-// head (decode without grouping), the same bits as attend per head
-// (fallback: attend per head); called from inside parallel_for:
-//   b.attend_heads(q, k, v, n_kv, head_dim, kv_stride, n_heads, scale, out, scratch, scratch_stride)
 // RoPE with one position's angles computed by the model, once for all
 // layers (cpu::rope_angles: cs[i], sn[i] for pair i < n_rot / 2), the same
 // bits as b.rope at that position (fallback: b.rope, which computes them):

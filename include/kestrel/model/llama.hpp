@@ -66,7 +66,7 @@ class llama_model {
         hp_(w_.hparams),
         backend_(std::move(backend)),
         n_ctx_(n_ctx ? n_ctx : std::min(hp_.n_ctx_train, default_max_ctx)),
-        cache_(hp_.n_layer, n_ctx_, hp_.kv_dim()) {
+        cache_(hp_.n_layer, n_ctx_, hp_.kv_dim(), cfg_.n_head_kv()) {
     if (hp_.positions == position_type::learned && n_ctx_ > hp_.n_ctx_train)
       throw invalid_argument(w_.source + ": context " + std::to_string(n_ctx_) + " exceeds the " +
                              std::to_string(hp_.n_ctx_train) + " learned positions of this " + name_of(hp_.arch) +
@@ -211,17 +211,6 @@ class llama_model {
   /// (model/concepts.hpp); without it prefill calls attend per (token, head).
   static constexpr bool attends_blocks = requires(B& b, const cpu::attend_block_args& a) { b.attend_block(a); };
 
-  /// Whether the backend attends several heads of a query at once (optional
-  /// attend_heads, model/concepts.hpp): decode without grouping reads each
-  /// cached position's heads as one run instead of a strided pass per head.
-  /// Measured (110M shape, 12 heads of 64, 2 threads, `kestrel-bench -p 0
-  /// -n 64 -d 1024`, alternated against attend per head): q4_0 105-135
-  /// against 86-102 t/s, f16 71-73 against 63-67; at depth 0 (tg128) no
-  /// change past the noise.
-  static constexpr bool attends_heads = requires(B& b, const float* c, float* f) {
-    b.attend_heads(c, c, c, std::size_t{}, std::size_t{}, std::size_t{}, std::size_t{}, 1.0f, f, f, std::size_t{});
-  };
-
   /// Whether decode's attention runs per KV head through attend_block: with
   /// grouped-query attention (group > 1) one task reads each cached key and
   /// value once for the group's query heads, where attend reads them once
@@ -268,9 +257,8 @@ class llama_model {
     const kv_rows keys = cache_.keys(layer), values = cache_.values(layer);
     auto one = [&](std::size_t i, std::size_t h, float* scores) {
       const std::size_t pos = pos0 + i, first = window_start(pos), kvh = h / group;
-      backend_.attend(Q + i * n_embd + h * head_dim, keys.base + first * keys.stride + kvh * head_dim,
-                      values.base + first * values.stride + kvh * head_dim, pos + 1 - first, head_dim, keys.stride,
-                      scale, OUT + i * n_embd + h * head_dim, scores);
+      backend_.attend(Q + i * n_embd + h * head_dim, keys.at(kvh, first), values.at(kvh, first), pos + 1 - first,
+                      head_dim, keys.stride, scale, OUT + i * n_embd + h * head_dim, scores);
     };
     const std::size_t span = hp_.sliding_window ? std::min(hp_.sliding_window, pos0 + n) : pos0 + n;
     // attend_block's task: queries [i0, i0 + nq) x query heads [h0, h0 +
@@ -279,8 +267,8 @@ class llama_model {
       const std::size_t kvh = h0 / group;
       return cpu::attend_block_args{.q = Q + i0 * n_embd + h0 * head_dim,
                                     .q_stride = n_embd,
-                                    .k = keys.base + kvh * head_dim,
-                                    .v = values.base + kvh * head_dim,
+                                    .k = keys.at(kvh, 0),
+                                    .v = values.at(kvh, 0),
                                     .kv_stride = keys.stride,
                                     .out = OUT + i0 * n_embd + h0 * head_dim,
                                     .out_stride = n_embd,
@@ -305,21 +293,6 @@ class llama_model {
               const std::size_t heads = std::min(slice, group - g0);
               backend_.attend_block(block(0, 1, kvh * group + g0, heads, scores + task * per_task));
             }
-          }, 2 * n_head * span * head_dim);
-          return;
-        }
-      }
-      if constexpr (attends_heads) {
-        if (group == 1) {
-          // One run of heads per thread: the pool's finer chunks (a few per
-          // thread) would cut each position's run into pieces of a head or two.
-          const std::size_t first = window_start(pos0), tasks = std::min(n_head, backend_.n_threads());
-          backend_.parallel_for(tasks, [&](std::size_t t0, std::size_t t1) {
-            const std::size_t begin = t0 * n_head / tasks, end = t1 * n_head / tasks;
-            backend_.attend_heads(Q + begin * head_dim, keys.base + first * keys.stride + begin * head_dim,
-                                  values.base + first * values.stride + begin * head_dim, pos0 + 1 - first, head_dim,
-                                  keys.stride, end - begin, scale, OUT + begin * head_dim, scores + begin * n_ctx_,
-                                  n_ctx_);
           }, 2 * n_head * span * head_dim);
           return;
         }
@@ -380,8 +353,7 @@ class llama_model {
           backend_.rope(K + i * kv_dim, cfg_.n_head_kv(), head_dim, pos0 + i, rope_);
         }
       }
-      std::memcpy(cache_.key(l, pos0 + i), K + i * kv_dim, kv_dim * sizeof(float));
-      std::memcpy(cache_.value(l, pos0 + i), V + i * kv_dim, kv_dim * sizeof(float));
+      cache_.store(l, pos0 + i, K + i * kv_dim, V + i * kv_dim);
     });
     attention<P>(l, Q, n, pos0, ATT);
     linear<P>(L.wo, L.bo, ATT, n, XB);
