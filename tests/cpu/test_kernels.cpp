@@ -437,7 +437,7 @@ TEST_CASE("cpu: attend_block == ref::attend per (query, head)") {
   const float nan = std::numeric_limits<float>::quiet_NaN(), sentinel = 12345.0f;
   std::size_t cases = 0;
   for (std::size_t head_dim : {8, 16, 40, 64, 80, 128}) {
-    for (std::size_t group : {1, 2, 4}) {
+    for (std::size_t group : {1, 2, 4, 5, 8}) {
       for (std::size_t nq : {1, 3, 17, 70}) {
         for (std::size_t pos0 : {0, 45}) {
           for (std::size_t window : {0, 7, 40}) {
@@ -502,7 +502,9 @@ TEST_CASE("cpu: attend_block == ref::attend per (query, head)") {
 
               // A row does not depend on the block around it: the last query
               // alone (one key range, no masked keys, other tiles) gives the
-              // same bits, so masked keys contributed exactly 0.
+              // same bits, so masked keys contributed exactly 0. Alone, a
+              // query of up to 8 heads takes decode's score_query_heads
+              // (with AVX-512VL), so this also holds it to the tiles' bits.
               auto one = a;
               one.q = q.data() + (nq - 1) * q_stride;
               one.pos0 = pos0 + nq - 1;
