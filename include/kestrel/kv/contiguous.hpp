@@ -28,7 +28,8 @@ namespace kestrel {
 /// per token of 12 layers against 6.2-6.7 ms (attend over a position's
 /// heads as one run) and 10-13 ms (attend per head) with the heads side by
 /// side; TinyLlama's (4 KV heads of 64, groups of 8, 2048 positions, 22
-/// layers) 13-17 ms against 16-21 ms with attend_block.
+/// layers, attend_block's transposed key tiles both) 12-17 ms against
+/// 15-22 ms.
 class contiguous_kv_cache {
  public:
   contiguous_kv_cache() = default;
