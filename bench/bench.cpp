@@ -5,7 +5,12 @@
 // bound ratio, and the peak RSS against file size + KV cache.
 //
 //   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-d 0,2048] [-r 5] [-o md|json|jsonl]
-//                 [--mmap 0|1] [--no-warmup]
+//                 [--mmap 0|1] [-ctk f16|f32] [-ctv f16|f32] [--no-warmup]
+//
+// -ctk / -ctv (llama-bench's cache types) choose the KV cache's element
+// type: f16 by default, as llama-bench (kestrel::f16_kv_cache), or f32
+// (contiguous_kv_cache, the library's default); keys and values share one
+// type here. JSON fields type_k and type_v.
 //
 // --mmap 1 reads the weights in place in the file mapping (llama-bench's
 // default, weight_placement::file); 0, the default here as in the library,
@@ -58,6 +63,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "../examples/common/cli.hpp"
@@ -80,6 +86,8 @@ const char* usage =
     "  -o, --output md|json|jsonl  (default: md)\n"
     "  -mmp, --mmap 0|1        1: weights read in place from the file mapping; 0: copied into\n"
     "                          huge pages when the model is built (default: 0)\n"
+    "  -ctk, --cache-type-k T  KV cache element type, f16 or f32 (default: f16)\n"
+    "  -ctv, --cache-type-v T  the same for values: equal to -ctk here\n"
     "  --no-warmup             skip the warm-up run\n";
 
 [[noreturn]] void die(const std::string& msg) {
@@ -441,6 +449,7 @@ struct result {
   double bound_ts = 0;
   std::uint64_t peak_rss = 0, kv_bytes = 0;
   bool use_mmap = false;
+  std::string cache_type = "f16";
   std::uint64_t load_ns = 0;  // the model's construction (weights placed)
   std::vector<double> weights_gbps;  // tg: reads of the decode matrices between repetitions
 };
@@ -518,13 +527,14 @@ struct printer {
         "\"test_time\": \"%s\", "
         "\"avg_ns\": %.0f, \"stddev_ns\": %.0f, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"bound_ts\": %.6f, "
         "\"bound_ratio\": %.4f, \"peak_rss_bytes\": %llu, \"file_size\": %llu, \"kv_cache_bytes\": %llu, "
-        "\"decode_bytes_per_token\": %llu, \"use_mmap\": %s, \"load_ns\": %llu, ",
+        "\"decode_bytes_per_token\": %llu, \"type_k\": \"%s\", \"type_v\": \"%s\", \"use_mmap\": %s, \"load_ns\": %llu, ",
         commit.c_str(), json_string(r.model_filename).c_str(), json_string(r.facts.type).c_str(),
         static_cast<unsigned long long>(r.facts.size), static_cast<unsigned long long>(r.facts.n_params), r.n_threads,
         r.n_prompt, r.n_gen, r.n_depth, r.test_time.c_str(), std::floor(mean(ns)), std::floor(stddev(ns)), avg_ts, sd_ts,
         r.bound_ts, ratio, static_cast<unsigned long long>(r.peak_rss),
         static_cast<unsigned long long>(r.facts.file_size), static_cast<unsigned long long>(r.kv_bytes),
-        static_cast<unsigned long long>(r.facts.decode_bytes), r.use_mmap ? "true" : "false",
+        static_cast<unsigned long long>(r.facts.decode_bytes), r.cache_type.c_str(), r.cache_type.c_str(),
+        r.use_mmap ? "true" : "false",
         static_cast<unsigned long long>(r.load_ns));
     std::string weights;
     if (!r.weights_gbps.empty()) {
@@ -549,7 +559,7 @@ int main(int argc, char** argv) {
   std::vector<long> prompts{512}, gens{128}, depths{0};
   long reps = 5;
   bool warmup = true, use_mmap = false;
-  std::string format = "md";
+  std::string format = "md", type_k = "f16", type_v = "f16";
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     auto value = [&]() -> std::string_view {
@@ -569,6 +579,8 @@ int main(int argc, char** argv) {
     else if (a == "-r" || a == "--repetitions") reps = kestrel::cli::parse_number<long>(a, value());
     else if (a == "-o" || a == "--output") format = std::string(value());
     else if (a == "-mmp" || a == "--mmap") use_mmap = kestrel::cli::parse_number<long>(a, value()) != 0;
+    else if (a == "-ctk" || a == "--cache-type-k") type_k = std::string(value());
+    else if (a == "-ctv" || a == "--cache-type-v") type_v = std::string(value());
     else if (a == "--no-warmup") warmup = false;
     else {
       std::fprintf(stderr, "error: unknown argument '%s'\n%s", argv[i], usage);
@@ -578,6 +590,8 @@ int main(int argc, char** argv) {
   if (models.empty()) die("no model given (-m FILE)");
   if (reps < 1) die("-r must be >= 1");
   if (format != "md" && format != "json" && format != "jsonl") die("-o must be md, json or jsonl, got " + format);
+  if (type_k != "f16" && type_k != "f32") die("-ctk must be f16 or f32, got " + type_k);
+  if (type_v != type_k) die("-ctv " + type_v + " differs from -ctk " + type_k + ": kestrel's caches hold one type");
 
   printer out{format, build_commit()};
   out.begin();
@@ -620,70 +634,79 @@ int main(int argc, char** argv) {
           r.n_depth = n_depth;
           r.test_time = utc_now();
           const std::size_t n_ctx = n_depth + n_prompt + n_gen;
-          const std::uint64_t kv_bytes_per_pos = 2ull * hp.n_layer * hp.kv_dim() * sizeof(float);
-          r.kv_bytes = kv_bytes_per_pos * n_ctx;
-          reset_peak_rss();
-          r.use_mmap = use_mmap;
-          const std::uint64_t t_load = now_ns();
-          kestrel::llama_model<> model(
-              file.weights, n_ctx,
-              kestrel::cpu_backend(n_threads, use_mmap ? kestrel::weight_placement::file
-                                                       : kestrel::weight_placement::huge_pages));
-          r.load_ns = now_ns() - t_load;
-          // The first token of an empty cache is BOS where the vocabulary adds one.
-          auto first_token = [&] { return add_bos && model.n_past() == 0 ? bos : random_token(); };
-          std::vector<kestrel::token_id> depth(n_depth), prompt(n_prompt);
-          auto fill_depth = [&] {  // untimed: the cache at depth n_depth
-            model.reset();
-            for (std::size_t i = 0; i < n_depth; ++i) depth[i] = i == 0 ? first_token() : random_token();
-            if (n_depth) model.prefill(depth);
-          };
-          auto run_prompt = [&] {
-            for (std::size_t i = 0; i < n_prompt; ++i) prompt[i] = i == 0 ? first_token() : random_token();
-            model.prefill(prompt);
-          };
-          auto run_gen = [&](std::size_t n) {
-            kestrel::token_id t = first_token();
-            for (std::size_t i = 0; i < n; ++i) {
-              model.decode(t);
-              t = random_token();
+          r.cache_type = type_k;
+          // The rest of the test, on a model with the cache the flags chose.
+          auto run_test = [&]<class Cache>(std::type_identity<Cache>) {
+            using kv_element = typename Cache::element_type;
+            const std::uint64_t kv_bytes_per_pos = 2ull * hp.n_layer * hp.kv_dim() * sizeof(kv_element);
+            r.kv_bytes = kv_bytes_per_pos * n_ctx;
+            reset_peak_rss();
+            r.use_mmap = use_mmap;
+            const std::uint64_t t_load = now_ns();
+            kestrel::llama_model<kestrel::dynamic_llama_config, kestrel::cpu_backend, Cache> model(
+                file.weights, n_ctx,
+                kestrel::cpu_backend(n_threads, use_mmap ? kestrel::weight_placement::file
+                                                         : kestrel::weight_placement::huge_pages));
+            r.load_ns = now_ns() - t_load;
+            // The first token of an empty cache is BOS where the vocabulary adds one.
+            auto first_token = [&] { return add_bos && model.n_past() == 0 ? bos : random_token(); };
+            std::vector<kestrel::token_id> depth(n_depth), prompt(n_prompt);
+            auto fill_depth = [&] {  // untimed: the cache at depth n_depth
+              model.reset();
+              for (std::size_t i = 0; i < n_depth; ++i) depth[i] = i == 0 ? first_token() : random_token();
+              if (n_depth) model.prefill(depth);
+            };
+            auto run_prompt = [&] {
+              for (std::size_t i = 0; i < n_prompt; ++i) prompt[i] = i == 0 ? first_token() : random_token();
+              model.prefill(prompt);
+            };
+            auto run_gen = [&](std::size_t n) {
+              kestrel::token_id t = first_token();
+              for (std::size_t i = 0; i < n; ++i) {
+                model.decode(t);
+                t = random_token();
+              }
+            };
+            if (warmup) {
+              fill_depth();
+              if (n_prompt) run_prompt();
+              if (n_gen) run_gen(1);
+            }
+            // tg: the weights' read rate before the first repetition and
+            // after each, two passes each time (untimed).
+            const auto mats = decode_matrices(model.weights());
+            auto probe_weights = [&] {
+              if (n_gen)
+                for (int pass = 0; pass < 2; ++pass) r.weights_gbps.push_back(probe_weights_once(mats, n_threads));
+            };
+            probe_weights();
+            for (long rep = 0; rep < reps; ++rep) {
+              fill_depth();
+              const std::uint64_t t0 = now_ns();
+              if (n_prompt) run_prompt();
+              if (n_gen) run_gen(n_gen);
+              const std::uint64_t ns = now_ns() - t0;
+              r.samples_ns.push_back(ns);
+              r.samples_ts.push_back(1e9 * static_cast<double>(n_prompt + n_gen) / static_cast<double>(ns));
+              probe_weights();
+            }
+            r.peak_rss = peak_rss_bytes();
+            if (n_prompt) {
+              const double ops_per_token = 2.0 * static_cast<double>(facts.layer_params) +
+                                           2.0 * static_cast<double>(facts.output_params) / static_cast<double>(n_prompt);
+              const double peak_ops = (facts.quantized ? peak.int8_gops : peak.f32_gflops) * 1e9;
+              r.bound_ts = peak_ops / ops_per_token;
+            } else {
+              // decoding position n_depth + i reads the cache's n_depth + i + 1 positions: their mean
+              const double kv_read = static_cast<double>(kv_bytes_per_pos) * (static_cast<double>(n_depth) +
+                                                                               static_cast<double>(n_gen + 1) / 2);
+              r.bound_ts = kestrel::bench::median(r.weights_gbps) * 1e9 / (static_cast<double>(facts.decode_bytes) + kv_read);
             }
           };
-          if (warmup) {
-            fill_depth();
-            if (n_prompt) run_prompt();
-            if (n_gen) run_gen(1);
-          }
-          // tg: the weights' read rate before the first repetition and
-          // after each, two passes each time (untimed).
-          const auto mats = decode_matrices(model.weights());
-          auto probe_weights = [&] {
-            if (n_gen)
-              for (int pass = 0; pass < 2; ++pass) r.weights_gbps.push_back(probe_weights_once(mats, n_threads));
-          };
-          probe_weights();
-          for (long rep = 0; rep < reps; ++rep) {
-            fill_depth();
-            const std::uint64_t t0 = now_ns();
-            if (n_prompt) run_prompt();
-            if (n_gen) run_gen(n_gen);
-            const std::uint64_t ns = now_ns() - t0;
-            r.samples_ns.push_back(ns);
-            r.samples_ts.push_back(1e9 * static_cast<double>(n_prompt + n_gen) / static_cast<double>(ns));
-            probe_weights();
-          }
-          r.peak_rss = peak_rss_bytes();
-          if (n_prompt) {
-            const double ops_per_token = 2.0 * static_cast<double>(facts.layer_params) +
-                                         2.0 * static_cast<double>(facts.output_params) / static_cast<double>(n_prompt);
-            const double peak_ops = (facts.quantized ? peak.int8_gops : peak.f32_gflops) * 1e9;
-            r.bound_ts = peak_ops / ops_per_token;
-          } else {
-            // decoding position n_depth + i reads the cache's n_depth + i + 1 positions: their mean
-            const double kv_read = static_cast<double>(kv_bytes_per_pos) * (static_cast<double>(n_depth) +
-                                                                             static_cast<double>(n_gen + 1) / 2);
-            r.bound_ts = kestrel::bench::median(r.weights_gbps) * 1e9 / (static_cast<double>(facts.decode_bytes) + kv_read);
-          }
+          if (type_k == "f16")
+            run_test(std::type_identity<kestrel::f16_kv_cache>{});
+          else
+            run_test(std::type_identity<kestrel::contiguous_kv_cache>{});
           out.test(r);
         }
       }

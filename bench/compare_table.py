@@ -1,6 +1,10 @@
 #!/usr/bin/env python3
 """compare_table.py KESTREL.jsonl LLAMA.jsonl: the table of compare_llama.sh.
 
+compare_table.py --batched MODEL THREADS < llama-batched-bench output: its
+decode rows (one prompt of PP tokens, then TG tokens) as llama-bench -o jsonl
+lines of a tg test at depth PP (avg_ts = S_TG), for compare_llama.sh -d.
+
 Both files hold -o jsonl lines (kestrel-bench's also its probe lines). Per
 (model file, test) it averages avg_ts over the rounds of each program and
 prints tokens/s, the ratio kestrel / llama.cpp, the bound kestrel-bench
@@ -24,7 +28,21 @@ def mean(xs):
     return sum(xs) / len(xs) if xs else float("nan")
 
 
+def batched_lines(model, threads):
+    """llama-batched-bench's table rows (| PP | TG | B | N_KV | T_PP s |
+    S_PP t/s | T_TG s | S_TG t/s | ...) as llama-bench jsonl lines."""
+    for line in sys.stdin:
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 8 or not cells[0].isdigit():
+            continue
+        pp, tg, s_tg = int(cells[0]), int(cells[1]), float(cells[7])
+        print(json.dumps({"model_filename": model, "n_threads": int(threads), "n_prompt": 0, "n_gen": tg,
+                          "n_depth": pp, "avg_ts": s_tg, "source": "llama-batched-bench"}))
+
+
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--batched":
+        return batched_lines(sys.argv[2], sys.argv[3])
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     kestrel, llama = read(sys.argv[1]), read(sys.argv[2])

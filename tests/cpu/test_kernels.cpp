@@ -419,6 +419,73 @@ TEST_CASE("cpu: attend == ref::attend") {
   }
 }
 
+TEST_CASE("cpu: attention over an f16 cache == over its values as f32, bit for bit") {
+  // An f16 cache's elements are converted exactly as they are loaded
+  // (every f16 is a float), and every kernel then runs the f32 path's
+  // operations in the same order: attend and attend_block (decode's
+  // query-head scores for nq = 1 and group <= 8, the tiles otherwise) give
+  // the same bits from the f16 rows as from their f32 values. head_dim 67
+  // exercises the partial loads.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (std::size_t head_dim : {8, 64, 67})
+    for (std::size_t group : {1, 3, 8})
+      for (std::size_t nq : {1, 5})
+        for (std::size_t n_past : {0, 37}) {
+          const std::size_t kv_stride = head_dim + 4, n_pos = n_past + nq;
+          const auto seed = static_cast<std::uint32_t>((head_dim * 11 + group) * 13 + nq * 7 + n_past);
+          const auto q = random_floats(nq * group * head_dim, seed, -3.0f, 3.0f);
+          const auto kf = random_floats(n_pos * kv_stride, seed + 1, -3.0f, 3.0f);
+          const auto vf = random_floats(n_pos * kv_stride, seed + 2);
+          std::vector<kestrel::f16> k16(kf.size()), v16(vf.size());
+          std::vector<float> k(kf.size()), v(vf.size());  // the f16 values as floats
+          for (std::size_t i = 0; i < kf.size(); ++i) {
+            k16[i] = kestrel::to_f16(kf[i]);
+            v16[i] = kestrel::to_f16(vf[i]);
+            k[i] = kestrel::to_f32(k16[i]);
+            v[i] = kestrel::to_f32(v16[i]);
+          }
+          INFO("head_dim " << head_dim << " group " << group << " nq " << nq << " n_past " << n_past);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+          // attend and its twin, one head over all n_pos positions.
+          std::vector<float> a16(head_dim), a32(head_dim), p16(n_pos), p32(n_pos);
+          cpu::attend(q.data(), k16.data(), v16.data(), n_pos, head_dim, kv_stride, scale, a16.data(), p16.data());
+          cpu::attend(q.data(), k.data(), v.data(), n_pos, head_dim, kv_stride, scale, a32.data(), p32.data());
+          CHECK(std::memcmp(a16.data(), a32.data(), head_dim * sizeof(float)) == 0);
+          // The scalar twin: each instantiation is within attend_tol of the
+          // exact result (the compiler may contract its scalar loops into
+          // FMAs in one and not the other), so the two are within twice it.
+          ref::attend(q.data(), k16.data(), v16.data(), n_pos, head_dim, kv_stride, scale, a16.data(), p16.data());
+          ref::attend(q.data(), k.data(), v.data(), n_pos, head_dim, kv_stride, scale, a32.data(), p32.data());
+          auto tol = attend_tol(q.data(), k.data(), v.data(), n_pos, head_dim, kv_stride, scale, p32.data());
+          for (double& t : tol) t *= 2;
+          kestrel::test::check_within(a16.data(), a32.data(), tol, head_dim);
+          // attend_block: nq queries at positions n_past.. of `group` heads.
+          cpu::basic_attend_block_args<kestrel::f16> b16;
+          b16.q = q.data();
+          b16.q_stride = group * head_dim;
+          b16.k = k16.data();
+          b16.v = v16.data();
+          b16.kv_stride = kv_stride;
+          b16.out_stride = group * head_dim;
+          b16.nq = nq;
+          b16.group = group;
+          b16.head_dim = head_dim;
+          b16.pos0 = n_past;
+          b16.scale = scale;
+          cpu::attend_block_args b32;
+          b32.q = b16.q, b32.q_stride = b16.q_stride, b32.k = k.data(), b32.v = v.data(), b32.kv_stride = kv_stride;
+          b32.out_stride = b16.out_stride, b32.nq = nq, b32.group = group, b32.head_dim = head_dim, b32.pos0 = n_past;
+          b32.scale = scale;
+          std::vector<float> o16(nq * group * head_dim, nan), o32(o16.size(), nan);
+          std::vector<float> s16(cpu::attend_block_scratch_size(b16), nan), s32(cpu::attend_block_scratch_size(b32), nan);
+          b16.out = o16.data();
+          b32.out = o32.data();
+          cpu::attend_block(b16, s16.data());
+          cpu::attend_block(b32, s32.data());
+          CHECK(std::memcmp(o16.data(), o32.data(), o16.size() * sizeof(float)) == 0);
+        }
+}
+
 TEST_CASE("cpu: attend_block == ref::attend per (query, head)") {
   // A row of attend_block is attend()'s computation for that query: one dot
   // product per key (an FMA chain over d against the transposed key tile

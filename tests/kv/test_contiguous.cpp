@@ -1,11 +1,14 @@
 // kv/contiguous.hpp: layout, bounds and the KvCache concept.
 #include <doctest/doctest.h>
 
+#include <cmath>
+
 #include "kestrel/kv/contiguous.hpp"
 
 using namespace kestrel;
 
 static_assert(KvCache<contiguous_kv_cache>);
+static_assert(KvCache<f16_kv_cache>);
 static_assert(!KvCache<int>);
 static_assert(!std::is_copy_constructible_v<contiguous_kv_cache>, "copies of a cache are explicit: copy()");
 
@@ -55,6 +58,21 @@ TEST_CASE("contiguous cache: each KV head's positions in one run, contents kept"
     CHECK(d.n_head_kv() == n_head_kv);
     CHECK(d.keys(2).at(n_head_kv - 1, 15)[head_dim - 1] == 2157.0f);
   }
+}
+
+TEST_CASE("f16 cache: store rounds to nearest f16, half the memory of f32") {
+  f16_kv_cache c(2, 8, 6, 2);  // 2 layers, 8 positions, 2 KV heads of 3
+  const float k[6] = {1.0f, 1.0f / 3.0f, -65504.0f, 1e-8f, 0.1f, 2049.0f};
+  const float v[6] = {-2.5f, 3.14159265f, 0.0f, -0.0f, 1e5f, 6.1e-5f};
+  c.store(1, 5, k, v);
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t d = 0; d < 3; ++d) {
+      CHECK(to_f32(c.keys(1).at(h, 5)[d]) == to_f32(to_f16(k[h * 3 + d])));
+      CHECK(to_f32(c.values(1).at(h, 5)[d]) == to_f32(to_f16(v[h * 3 + d])));
+    }
+  CHECK(to_f32(c.keys(1).at(0, 5)[1]) != 1.0f / 3.0f);  // rounded: 1/3 is not an f16
+  CHECK(std::isinf(to_f32(c.values(1).at(1, 5)[1])));   // 1e5 overflows f16's 65504
+  static_assert(sizeof(*f16_kv_cache{}.keys(0).base) * 2 == sizeof(*contiguous_kv_cache{}.keys(0).base));
 }
 
 TEST_CASE("an absurd context is a clear error, not a bad_alloc") {

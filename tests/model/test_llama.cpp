@@ -164,6 +164,45 @@ TEST_CASE("decode attention per KV head: multi-query and grouped heads, split ac
   }
 }
 
+TEST_CASE("f16 KV cache: decode == prefill and == the scalar twins on the same cache; near the f32 cache") {
+  // Prefill and decode both read the keys and values back from the cache,
+  // so with an f16 cache both see the same rounded K and V, and the f32
+  // bounds above hold between them (and against cpu_ref_backend on an f16
+  // cache). Against the f32 cache the stored K and V differ by the f16
+  // rounding, at most 2^-11 relative per element: a first-order bound in
+  // the style of nmse_bound, with u = 2^-11 for the 2 perturbed inputs of
+  // each layer's attention (lambda 6 as there), nmse <= (2 n_layer lambda
+  // u)^2. Shapes: grouped heads (12 on 3: attend_block in decode) and one
+  // KV head per head (4 on 4: attend per head).
+  using f16_model = llama_model<dynamic_llama_config, cpu_backend, f16_kv_cache>;
+  using f16_ref = llama_model<dynamic_llama_config, cpu_ref_backend, f16_kv_cache>;
+  struct shape { std::size_t n_head, n_head_kv; };
+  for (auto [n_head, n_head_kv] : {shape{12, 3}, shape{4, 4}}) {
+    CAPTURE(n_head);
+    CAPTURE(n_head_kv);
+    auto hp = test::random_llama_shape();
+    hp.n_head = n_head;
+    hp.n_head_kv = n_head_kv;
+    hp.n_embd = 32 * n_head;
+    const auto w = test::random_llama(hp, dtype::f32, 5);
+    f16_model model(w, 64, cpu_backend(2));
+    check_decode_matches_prefill(model, hp);
+    f16_ref ref(w, 64, cpu_ref_backend());
+    llama_model<> exact(w, 64, cpu_backend(2));
+    const double u16 = std::ldexp(1.0, -11), rel = 2.0 * static_cast<double>(hp.n_layer) * 6 * u16;
+    const auto seq = some_tokens(24, hp.n_vocab);
+    model.reset();
+    for (std::size_t i = 0; i < seq.size(); ++i) {
+      const auto got = model.decode(seq[i]);
+      const std::vector<float> g(got.begin(), got.end());
+      const auto want = ref.decode(seq[i]);
+      CHECK(nmse(g, want) <= nmse_bound(hp, i + 1));
+      const auto e = exact.decode(seq[i]);
+      CHECK(nmse(g, e) <= rel * rel + nmse_bound(hp, i + 1));
+    }
+  }
+}
+
 TEST_CASE("a random model large enough for threads: any thread count, f32/f16/bf16, decode == prefill") {
   const auto hp = test::random_llama_shape();
   for (dtype type : {dtype::f32, dtype::f16, dtype::bf16}) {

@@ -16,11 +16,13 @@ namespace kestrel::cpu {
 /// out = sum_t p[t] * v_t.
 /// q: (head_dim); k, v: (n_kv, kv_stride), first head_dim of each row used
 /// (kv_stride = head_dim for a cache that keeps each KV head's positions in
-/// one run, kv/contiguous.hpp); out: (head_dim); scratch: (n_kv), receives p.
-/// n_kv == 0 gives out = 0.
-inline void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
+/// one run, kv/contiguous.hpp), of f32 or f16 (an f16 cache: each element
+/// converted exactly as it is loaded); out: (head_dim); scratch: (n_kv),
+/// receives p. n_kv == 0 gives out = 0.
+template <class T>
+inline void attend(const float* q, const T* k, const T* v, std::size_t n_kv, std::size_t head_dim,
                    std::size_t kv_stride, float scale, float* out, float* scratch) noexcept {
-  for (std::size_t t = 0; t < n_kv; ++t) scratch[t] = scale * dot(q, k + t * kv_stride, head_dim);
+  for (std::size_t t = 0; t < n_kv; ++t) scratch[t] = scale * detail::dot_any(k + t * kv_stride, q, head_dim);
   softmax(scratch, n_kv);
 
   // out accumulates one v row at a time, a register-width strip of out per
@@ -31,9 +33,9 @@ inline void attend(const float* q, const float* k, const float* v, std::size_t n
     simd::fbatch a0(0.0f), a1(0.0f);
     for (std::size_t t = 0; t < n_kv; ++t) {
       const simd::fbatch p(scratch[t]);
-      const float* vt = v + t * kv_stride + j;
-      a0 = xsimd::fma(p, simd::fbatch::load_unaligned(vt), a0);
-      a1 = xsimd::fma(p, simd::fbatch::load_unaligned(vt + W), a1);
+      const T* vt = v + t * kv_stride + j;
+      a0 = xsimd::fma(p, load_f32(vt), a0);
+      a1 = xsimd::fma(p, load_f32(vt + W), a1);
     }
     a0.store_unaligned(out + j);
     a1.store_unaligned(out + j + W);
@@ -41,7 +43,7 @@ inline void attend(const float* q, const float* k, const float* v, std::size_t n
   for (; j + W <= head_dim; j += W) {
     simd::fbatch a(0.0f);
     for (std::size_t t = 0; t < n_kv; ++t)
-      a = xsimd::fma(simd::fbatch(scratch[t]), simd::fbatch::load_unaligned(v + t * kv_stride + j), a);
+      a = xsimd::fma(simd::fbatch(scratch[t]), load_f32(v + t * kv_stride + j), a);
     a.store_unaligned(out + j);
   }
   if (j < head_dim) {  // the last partial strip (all of it when head_dim < W, e.g. 8)

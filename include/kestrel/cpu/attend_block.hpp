@@ -40,13 +40,15 @@ namespace kestrel::cpu {
 /// q + i * q_stride + g * head_dim and writes out + i * out_stride + g * head_dim
 /// (head_dim floats each): the query heads of one KV head are consecutive in
 /// a token's row of Q. Key / value of position t: k + t * kv_stride,
-/// v + t * kv_stride, first head_dim floats used (the caller points k and v
-/// at one KV head of an interleaved cache).
-struct attend_block_args {
+/// v + t * kv_stride, first head_dim elements used (the caller points k and
+/// v at one KV head of the cache), of T = f32 or f16 (an f16 cache: each
+/// element converted exactly as it is loaded).
+template <class T>
+struct basic_attend_block_args {
   const float* q = nullptr;  // (nq, q_stride)
   std::size_t q_stride = 0;
-  const float* k = nullptr;  // (pos0 + nq, kv_stride); rows before first(pos0) are not read
-  const float* v = nullptr;  // (pos0 + nq, kv_stride)
+  const T* k = nullptr;  // (pos0 + nq, kv_stride); rows before first(pos0) are not read
+  const T* v = nullptr;  // (pos0 + nq, kv_stride)
   std::size_t kv_stride = 0;
   float* out = nullptr;      // (nq, out_stride)
   std::size_t out_stride = 0;
@@ -57,6 +59,7 @@ struct attend_block_args {
   /// own (prefill).
   float* scratch = nullptr;
 };
+using attend_block_args = basic_attend_block_args<float>;
 
 /// The first key position a query at position pos attends: pos + 1 - window
 /// for a sliding window that the query has outgrown, else 0 (causal). The one
@@ -83,10 +86,20 @@ inline std::size_t attend_row_len(std::size_t n) noexcept {
   return (n + attend_key_tile - 1) / attend_key_tile * attend_key_tile;
 }
 
+#if defined(__AVX512F__)
+/// The elements of p under mask m as floats, zeros elsewhere.
+inline __m512 masked_f32(__mmask16 m, const float* p) noexcept { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 masked_f32(__mmask16 m, const f16* p) noexcept {  // m: the low n bits
+  const auto n = static_cast<std::size_t>(__builtin_popcount(m));
+  return static_cast<__m512>(n == simd::width ? load_f32(p) : load_f32_partial(p, n));
+}
+#endif
+
 /// kt[d * KT + j] = k_j[d] for j < n_keys, 0 for n_keys <= j < KT (KT =
 /// attend_key_tile); k_j = k + j * kv_stride. The padding keys score 0 and
 /// lie outside every row's range, so they are never used.
-inline void transpose_keys(const float* k, std::size_t kv_stride, std::size_t n_keys, std::size_t head_dim,
+template <class T>
+inline void transpose_keys(const T* k, std::size_t kv_stride, std::size_t n_keys, std::size_t head_dim,
                            float* kt) noexcept {
   constexpr std::size_t KT = attend_key_tile;
 #if defined(__AVX512F__)
@@ -100,14 +113,14 @@ inline void transpose_keys(const float* k, std::size_t kv_stride, std::size_t n_
       const __mmask16 dm = static_cast<__mmask16>((1u << md) - 1u);
       __m512 r[16];
       for (std::size_t j = 0; j < 16; ++j)
-        r[j] = j0 + j < n_keys ? _mm512_maskz_loadu_ps(dm, k + (j0 + j) * kv_stride + d0) : _mm512_setzero_ps();
+        r[j] = j0 + j < n_keys ? masked_f32(dm, k + (j0 + j) * kv_stride + d0) : _mm512_setzero_ps();
       transpose16x16(r);
       for (std::size_t d = 0; d < md; ++d) _mm512_storeu_ps(kt + (d0 + d) * KT + j0, r[d]);
     }
   }
 #else
   for (std::size_t j = 0; j < KT; ++j)
-    for (std::size_t d = 0; d < head_dim; ++d) kt[d * KT + j] = j < n_keys ? k[j * kv_stride + d] : 0.0f;
+    for (std::size_t d = 0; d < head_dim; ++d) kt[d * KT + j] = j < n_keys ? to_float(k[j * kv_stride + d]) : 0.0f;
 #endif
 }
 
@@ -155,18 +168,18 @@ inline void score_tile(const float* const* qr, const float* kt, std::size_t head
 /// one v load serves R rows. Partial: the last register holds only
 /// m < W floats (the end of the head). Terms outside a row's range have
 /// p_r[t] = 0 exactly and add nothing.
-template <std::size_t R, std::size_t NV, bool Partial>
-inline void weigh_values(const float* const* pr, const float* v, std::size_t kv_stride, std::size_t lo, std::size_t hi,
+template <std::size_t R, std::size_t NV, bool Partial, class T>
+inline void weigh_values(const float* const* pr, const T* v, std::size_t kv_stride, std::size_t lo, std::size_t hi,
                          std::size_t j, std::size_t m, float* const* outr) noexcept {
   constexpr std::size_t W = simd::width;
   simd::fbatch acc[R][NV];
   for (std::size_t r = 0; r < R; ++r)
     for (std::size_t c = 0; c < NV; ++c) acc[r][c] = simd::fbatch(0.0f);
   for (std::size_t t = lo; t < hi; ++t) {
-    const float* vt = v + t * kv_stride + j;
+    const T* vt = v + t * kv_stride + j;
     simd::fbatch vb[NV];
     for (std::size_t c = 0; c < NV; ++c) {
-      simd::fbatch x = Partial && c == NV - 1 ? load_f32_partial(vt + c * W, m) : simd::fbatch::load_unaligned(vt + c * W);
+      simd::fbatch x = Partial && c == NV - 1 ? load_f32_partial(vt + c * W, m) : load_f32(vt + c * W);
       keep_in_register(x);
       vb[c] = x;
     }
@@ -198,11 +211,14 @@ inline void weigh_values(const float* const* pr, const float* v, std::size_t kv_
 /// qt, 8 keys at a time (8 ymm chains), so the keys are read in order, row
 /// after row. Measured (one thread, TinyLlama's shape: 4 KV heads of 64,
 /// groups of 8, 22 layers, 2048 cached positions in head-major runs, caches
-/// evicted before each token, medians of 15): 10.2-11.3 ms per token
-/// against 13.3-17.0 ms with the transposed tiles (score_tile). Entries
+/// evicted before each token, medians of 15, bench/README.md): 9.0-14.7 ms
+/// per token against 12.1-17.0 ms with the transposed tiles. Entries
 /// [n_keys, round up to 8) of each row are written too (with row 0's
 /// scores), inside the row's whole tiles.
-inline void score_query_heads(const float* q, std::size_t group, const float* k, std::size_t kv_stride,
+/// qt: (head_dim, 8) floats of scratch; with an f16 cache 8 head_dim more
+/// after it, where each block's 8 keys are converted first.
+template <class T>
+inline void score_query_heads(const float* q, std::size_t group, const T* k, std::size_t kv_stride,
                               std::size_t n_keys, std::size_t head_dim, float scale, float* S, std::size_t row_len,
                               float* qt) noexcept {
   for (std::size_t d = 0; d < head_dim; ++d)
@@ -212,7 +228,22 @@ inline void score_query_heads(const float* q, std::size_t group, const float* k,
   const __m256 sc = _mm256_set1_ps(scale);
   for (std::size_t t = 0; t < n_keys; t += 8) {
     const float* kr[8];
-    for (std::size_t j = 0; j < 8; ++j) kr[j] = k + (t + j < n_keys ? t + j : 0) * kv_stride;
+    if constexpr (std::is_same_v<T, float>) {
+      for (std::size_t j = 0; j < 8; ++j) kr[j] = k + (t + j < n_keys ? t + j : 0) * kv_stride;
+    } else {
+      float* kf = qt + head_dim * 8;  // (8, head_dim)
+      for (std::size_t j = 0; j < 8; ++j) {
+        const T* row = k + (t + j < n_keys ? t + j : 0) * kv_stride;
+        kr[j] = kf + j * head_dim;
+        std::size_t d = 0;
+        for (; d + simd::width <= head_dim; d += simd::width) load_f32(row + d).store_unaligned(kf + j * head_dim + d);
+        if (d < head_dim) {
+          alignas(64) float tmp[simd::width];
+          load_f32_partial(row + d, head_dim - d).store_aligned(tmp);
+          for (std::size_t i = 0; d + i < head_dim; ++i) kf[j * head_dim + d + i] = tmp[i];
+        }
+      }
+    }
     __m256 acc[8];
     for (auto& a : acc) a = _mm256_setzero_ps();
     for (std::size_t d0 = 0; d0 < d_main; d0 += DC) {
@@ -266,7 +297,8 @@ inline void with_rows(std::size_t R, F&& f) {
 
 /// Floats of scratch attend_block(a, scratch) needs: one K^T tile and a
 /// row of scores per (query, head), rounded up to whole tiles.
-inline std::size_t attend_block_scratch_size(const attend_block_args& a) noexcept {
+template <class T>
+inline std::size_t attend_block_scratch_size(const basic_attend_block_args<T>& a) noexcept {
   constexpr std::size_t KT = detail::attend_key_tile;
   if (a.nq == 0) return 0;
   const std::size_t n_keys = a.pos0 + a.nq - attend_first(a.pos0, a.window);
@@ -277,7 +309,8 @@ inline std::size_t attend_block_scratch_size(const attend_block_args& a) noexcep
 /// attend_block_args): each row as attend() of that query over its keys,
 /// masked keys contributing exactly 0. scratch: attend_block_scratch_size(a)
 /// floats. nq == 0 does nothing.
-inline void attend_block(const attend_block_args& a, float* scratch) noexcept {
+template <class T>
+inline void attend_block(const basic_attend_block_args<T>& a, float* scratch) noexcept {
   constexpr std::size_t KT = detail::attend_key_tile, RB = detail::attend_rows, PV = detail::attend_value_regs;
   constexpr std::size_t W = simd::width;
   if (a.nq == 0 || a.group == 0) return;
@@ -288,8 +321,8 @@ inline void attend_block(const attend_block_args& a, float* scratch) noexcept {
   const std::size_t row_len = detail::attend_row_len(n_keys);
   float* kt = scratch;                   // (head_dim, KT)
   float* S = scratch + head_dim * KT;    // (rows, row_len): scores, then weights
-  const float* k = a.k + base * a.kv_stride;
-  const float* v = a.v + base * a.kv_stride;
+  const T* k = a.k + base * a.kv_stride;
+  const T* v = a.v + base * a.kv_stride;
   auto lo_of = [&](std::size_t i) { return attend_first(a.pos0 + i, a.window) - base; };
   auto hi_of = [&](std::size_t i) { return a.pos0 + i + 1 - base; };  // exclusive
   auto q_row = [&](std::size_t r) { return a.q + (r / group) * a.q_stride + (r % group) * head_dim; };

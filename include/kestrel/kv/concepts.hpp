@@ -10,7 +10,7 @@
 //   c.store(layer, pos, k, v)              -> void          copy one position's keys and values in
 //                                                           (k, v: kv_dim floats each, every KV head's
 //                                                           head_dim side by side, as the model computes them)
-//   cc.keys(layer), cc.values(layer)       -> kv_rows       read access (below)
+//   cc.keys(layer), cc.values(layer)       -> basic_kv_rows<T> read access (below), T float or f16
 //   c.resize(n)                            -> void          mark positions [0, n) valid (n <= n_ctx)
 //   c.clear()                              -> void          forget everything (size() == 0)
 //
@@ -37,14 +37,23 @@
 namespace kestrel {
 
 /// Strided read access to the cached rows of one layer: element d of KV
-/// head h at position t is base[h * head_stride + t * stride + d].
-struct kv_rows {
-  const float* base;        // head 0, position 0
+/// head h at position t is base[h * head_stride + t * stride + d]. T: the
+/// cache's element type, float or f16 (the attention kernels take both).
+template <class T>
+struct basic_kv_rows {
+  using element_type = T;
+  const T* base;            // head 0, position 0
   std::size_t stride;       // floats between consecutive positions of a head
   std::size_t head_stride;  // floats between consecutive KV heads at a position
   /// KV head h's row at position t.
-  const float* at(std::size_t h, std::size_t t) const noexcept { return base + h * head_stride + t * stride; }
+  const T* at(std::size_t h, std::size_t t) const noexcept { return base + h * head_stride + t * stride; }
 };
+using kv_rows = basic_kv_rows<float>;
+
+namespace detail {
+template <class R> inline constexpr bool is_kv_rows = false;
+template <class T> inline constexpr bool is_kv_rows<basic_kv_rows<T>> = true;
+}  // namespace detail
 
 template <class C>
 concept KvCache = requires(C& c, const C& cc, std::size_t layer, std::size_t pos, const float* row) {
@@ -53,8 +62,8 @@ concept KvCache = requires(C& c, const C& cc, std::size_t layer, std::size_t pos
   { cc.kv_dim() } -> std::same_as<std::size_t>;
   { cc.size() } -> std::same_as<std::size_t>;
   c.store(layer, pos, row, row);
-  { cc.keys(layer) } -> std::same_as<kv_rows>;
-  { cc.values(layer) } -> std::same_as<kv_rows>;
+  requires detail::is_kv_rows<decltype(cc.keys(layer))>;
+  { cc.values(layer) } -> std::same_as<decltype(cc.keys(layer))>;
   c.resize(pos);
   c.clear();
 };

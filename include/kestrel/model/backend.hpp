@@ -76,15 +76,18 @@ class cpu_backend {
   void swiglu(float* y, const float* gate, const float* up, std::size_t n) { cpu::swiglu(y, gate, up, n); }
   void gelu(float* y, const float* x, std::size_t n) { cpu::gelu(y, x, n); }
   void add(float* y, const float* x, std::size_t n) { cpu::add(y, x, n); }
-  void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
-              std::size_t kv_stride, float scale, float* out, float* scratch) {
+  /// k, v: f32, or f16 from an f16 cache (kv/contiguous.hpp).
+  template <class T>
+  void attend(const float* q, const T* k, const T* v, std::size_t n_kv, std::size_t head_dim, std::size_t kv_stride,
+              float scale, float* out, float* scratch) {
     cpu::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
   }
   /// Optional: attention of a block of queries x the query heads of one KV
   /// head (cpu/attend_block.hpp), called from inside parallel_for. Its
   /// scratch is the caller's (a.scratch) or per thread and grow-only:
   /// allocated by the first calls of a prompt, then reused.
-  void attend_block(const cpu::attend_block_args& a) {
+  template <class T>
+  void attend_block(const cpu::basic_attend_block_args<T>& a) {
     if (a.scratch) return cpu::attend_block(a, a.scratch);
     thread_local aligned_buffer<float> scratch;
     const std::size_t need = cpu::attend_block_scratch_size(a);
@@ -270,8 +273,9 @@ class cpu_ref_backend {
   void swiglu(float* y, const float* gate, const float* up, std::size_t n) { cpu::ref::swiglu(y, gate, up, n); }
   void gelu(float* y, const float* x, std::size_t n) { cpu::ref::gelu(y, x, n); }
   void add(float* y, const float* x, std::size_t n) { cpu::ref::add(y, x, n); }
-  void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
-              std::size_t kv_stride, float scale, float* out, float* scratch) {
+  template <class T>
+  void attend(const float* q, const T* k, const T* v, std::size_t n_kv, std::size_t head_dim, std::size_t kv_stride,
+              float scale, float* out, float* scratch) {
     cpu::ref::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
   }
   template <class F>

@@ -27,6 +27,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kestrel/core/buffer.hpp"
@@ -47,6 +48,8 @@ class llama_model {
   using config_type = Config;
   using backend_type = B;
   using cache_type = Cache;
+  /// The cache's element type (float, or f16: kv/contiguous.hpp).
+  using kv_element = typename decltype(std::declval<const Cache&>().keys(0))::element_type;
 
   /// Prompts are processed in chunks of at most this many tokens, which
   /// bounds the prefill activations' memory (like llama.cpp's ubatch).
@@ -209,7 +212,9 @@ class llama_model {
 
   /// Whether the backend offers the optional block attention
   /// (model/concepts.hpp); without it prefill calls attend per (token, head).
-  static constexpr bool attends_blocks = requires(B& b, const cpu::attend_block_args& a) { b.attend_block(a); };
+  static constexpr bool attends_blocks = requires(B& b, const cpu::basic_attend_block_args<kv_element>& a) {
+    b.attend_block(a);
+  };
 
   /// Whether decode's attention runs per KV head through attend_block: with
   /// grouped-query attention (group > 1) one task reads each cached key and
@@ -254,7 +259,7 @@ class llama_model {
     const std::size_t head_dim = hp_.head_dim(), n_head = cfg_.n_head(), n_embd = cfg_.n_embd();
     const std::size_t group = n_head / cfg_.n_head_kv();
     const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-    const kv_rows keys = cache_.keys(layer), values = cache_.values(layer);
+    const auto keys = cache_.keys(layer), values = cache_.values(layer);
     auto one = [&](std::size_t i, std::size_t h, float* scores) {
       const std::size_t pos = pos0 + i, first = window_start(pos), kvh = h / group;
       backend_.attend(Q + i * n_embd + h * head_dim, keys.at(kvh, first), values.at(kvh, first), pos + 1 - first,
@@ -265,20 +270,20 @@ class llama_model {
     // heads), all of KV head h0 / group.
     auto block = [&](std::size_t i0, std::size_t nq, std::size_t h0, std::size_t heads, float* scratch) {
       const std::size_t kvh = h0 / group;
-      return cpu::attend_block_args{.q = Q + i0 * n_embd + h0 * head_dim,
-                                    .q_stride = n_embd,
-                                    .k = keys.at(kvh, 0),
-                                    .v = values.at(kvh, 0),
-                                    .kv_stride = keys.stride,
-                                    .out = OUT + i0 * n_embd + h0 * head_dim,
-                                    .out_stride = n_embd,
-                                    .nq = nq,
-                                    .group = heads,
-                                    .head_dim = head_dim,
-                                    .pos0 = pos0 + i0,
-                                    .window = hp_.sliding_window,
-                                    .scale = scale,
-                                    .scratch = scratch};
+      return cpu::basic_attend_block_args<kv_element>{.q = Q + i0 * n_embd + h0 * head_dim,
+                                                      .q_stride = n_embd,
+                                                      .k = keys.at(kvh, 0),
+                                                      .v = values.at(kvh, 0),
+                                                      .kv_stride = keys.stride,
+                                                      .out = OUT + i0 * n_embd + h0 * head_dim,
+                                                      .out_stride = n_embd,
+                                                      .nq = nq,
+                                                      .group = heads,
+                                                      .head_dim = head_dim,
+                                                      .pos0 = pos0 + i0,
+                                                      .window = hp_.sliding_window,
+                                                      .scale = scale,
+                                                      .scratch = scratch};
     };
     if constexpr (P == phase::decode) {
       float* scores = scores_.data();

@@ -10,20 +10,27 @@
 
 namespace kestrel::cpu::ref {
 
-inline void attend(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
+/// k, v: f32 or f16 (each element converted exactly).
+template <class T>
+inline void attend(const float* q, const T* k, const T* v, std::size_t n_kv, std::size_t head_dim,
                    std::size_t kv_stride, float scale, float* out, float* scratch) {
-  for (std::size_t t = 0; t < n_kv; ++t) scratch[t] = scale * dot(q, k + t * kv_stride, head_dim);
+  for (std::size_t t = 0; t < n_kv; ++t) {
+    float s = 0.0f;
+    for (std::size_t d = 0; d < head_dim; ++d) s += q[d] * to_float(k[t * kv_stride + d]);
+    scratch[t] = scale * s;
+  }
   softmax(scratch, n_kv);
   for (std::size_t j = 0; j < head_dim; ++j) {
     float a = 0.0f;
-    for (std::size_t t = 0; t < n_kv; ++t) a += scratch[t] * v[t * kv_stride + j];
+    for (std::size_t t = 0; t < n_kv; ++t) a += scratch[t] * to_float(v[t * kv_stride + j]);
     out[j] = a;
   }
 }
 
 /// attend() of each (query, head) row on its own, over exactly its keys:
 /// the definition attend_block's rows are tested against.
-inline void attend_block(const attend_block_args& a) {
+template <class T>
+inline void attend_block(const basic_attend_block_args<T>& a) {
   std::vector<float> scratch(a.pos0 + a.nq);
   for (std::size_t i = 0; i < a.nq; ++i) {
     const std::size_t pos = a.pos0 + i;
