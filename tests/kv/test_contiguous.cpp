@@ -75,6 +75,30 @@ TEST_CASE("f16 cache: store rounds to nearest f16, half the memory of f32") {
   static_assert(sizeof(*f16_kv_cache{}.keys(0).base) * 2 == sizeof(*contiguous_kv_cache{}.keys(0).base));
 }
 
+TEST_CASE("f16 cache: the vector conversion gives to_f16's bits, subnormals, ties and overflow included") {
+  // 4 KV heads of 37 (rows of 148: the 16- and 8-wide loops and the scalar
+  // tail), values spread over every f16 exponent and past it, ties at the
+  // halfway points of both normal and subnormal steps.
+  f16_kv_cache c(1, 64, 148, 4);
+  std::uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (std::size_t p = 0; p < 64; ++p) {
+    float k[148], v[148];
+    for (std::size_t i = 0; i < 148; ++i) {
+      const int e = static_cast<int>(next() % 48) - 30;  // 2^-30 .. 2^17
+      const float m = 1.0f + static_cast<float>(next() % 2048) / 2048.0f;  // 11-bit: some exact ties after rounding
+      k[i] = std::ldexp(next() % 2 ? m : -m, e);
+      v[i] = std::ldexp(1.0f + static_cast<float>(next() % 1024) / 1024.0f + 1.0f / 2048.0f, e);  // exact ties
+    }
+    c.store(0, p, k, v);
+    for (std::size_t h = 0; h < 4; ++h)
+      for (std::size_t d = 0; d < 37; ++d) {
+        CHECK(c.keys(0).at(h, p)[d].bits == to_f16(k[h * 37 + d]).bits);
+        CHECK(c.values(0).at(h, p)[d].bits == to_f16(v[h * 37 + d]).bits);
+      }
+  }
+}
+
 TEST_CASE("an absurd context is a clear error, not a bad_alloc") {
   CHECK_THROWS_WITH_AS(contiguous_kv_cache(80, 1u << 24, 8192), doctest::Contains("lower the context"), invalid_argument);
   CHECK_THROWS_WITH_AS(contiguous_kv_cache(2, 16, 8, 3), doctest::Contains("3 KV heads do not divide kv_dim 8"),
