@@ -233,15 +233,8 @@ inline void score_query_heads(const float* q, std::size_t group, const T* k, std
     } else {
       float* kf = qt + head_dim * 8;  // (8, head_dim)
       for (std::size_t j = 0; j < 8; ++j) {
-        const T* row = k + (t + j < n_keys ? t + j : 0) * kv_stride;
         kr[j] = kf + j * head_dim;
-        std::size_t d = 0;
-        for (; d + simd::width <= head_dim; d += simd::width) load_f32(row + d).store_unaligned(kf + j * head_dim + d);
-        if (d < head_dim) {
-          alignas(64) float tmp[simd::width];
-          load_f32_partial(row + d, head_dim - d).store_aligned(tmp);
-          for (std::size_t i = 0; d + i < head_dim; ++i) kf[j * head_dim + d + i] = tmp[i];
-        }
+        convert_to_f32(k + (t + j < n_keys ? t + j : 0) * kv_stride, kf + j * head_dim, head_dim);
       }
     }
     __m256 acc[8];

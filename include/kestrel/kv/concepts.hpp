@@ -43,8 +43,8 @@ template <class T>
 struct basic_kv_rows {
   using element_type = T;
   const T* base;            // head 0, position 0
-  std::size_t stride;       // floats between consecutive positions of a head
-  std::size_t head_stride;  // floats between consecutive KV heads at a position
+  std::size_t stride;       // elements between consecutive positions of a head
+  std::size_t head_stride;  // elements between consecutive KV heads at a position
   /// KV head h's row at position t.
   const T* at(std::size_t h, std::size_t t) const noexcept { return base + h * head_stride + t * stride; }
 };
