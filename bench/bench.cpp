@@ -39,8 +39,10 @@
 // its pages and the cores land, which the weights need not share. Prefill
 // does 2 ops per weight per token (the output matrix only for the last
 // token; attention not counted), so pp's bound is peak / ops per token, with
-// the int8 peak (vpdpbusd) for quantized files and the f32 FMA peak for
-// float files (f32, f16, bf16).
+// the int8 peak (vpdpbusd; without AVX-512 VNNI, vpmaddubsw + vpmaddwd,
+// the pair an AVX2 kernel issues per 32 products) for quantized files and the
+// f32 FMA peak (512- or 256-bit, what the CPU has) for float files (f32, f16,
+// bf16).
 // g++ 12 reports its own AVX-512 intrinsics' `__Y` placeholders (undefined
 // vectors) as uninitialized once inlined; a known false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -192,6 +194,23 @@ __attribute__((target("avx512f"))) float sum_bytes_avx512(const std::byte* p, st
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3))) + tail;
 }
 
+__attribute__((target("avx2"))) float sum_bytes_avx2(const std::byte* p, std::size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  std::size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i)));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i + 32)));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i + 64)));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(reinterpret_cast<const float*>(p + i + 96)));
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += static_cast<float>(p[i]);
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  alignas(32) float l[8];
+  _mm256_store_ps(l, s);
+  return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7] + tail;
+}
+
 float sum_bytes_scalar(const std::byte* p, std::size_t n) {
   std::uint64_t a[4] = {};  // 8-byte words: as few instructions per byte as the float loads
   std::size_t i = 0;
@@ -207,6 +226,14 @@ float sum_bytes_scalar(const std::byte* p, std::size_t n) {
 
 bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 bool has_vnni() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"); }
+bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
+
+/// The probes' streaming read with the widest loads the CPU has.
+float sum_bytes(const std::byte* p, std::size_t n) {
+  if (has_avx512()) return sum_bytes_avx512(p, n);
+  if (has_avx2()) return sum_bytes_avx2(p, n);
+  return sum_bytes_scalar(p, n);
+}
 
 struct bandwidth_probe {
   std::size_t n_threads = 0, bytes = 0;
@@ -229,11 +256,10 @@ bandwidth_probe probe_bandwidth(std::size_t n_threads) {
     for (std::size_t i = t * per; i < (t + 1) * per; ++i) buf[i] = 1.0f;
   });
   std::vector<float> sink(n_threads);
-  const bool simd = has_avx512();
   for (int run = 0; run < 8; ++run) {
     const double s = on_threads(n_threads, [&](std::size_t t) {
       const auto* slice = reinterpret_cast<const std::byte*>(buf + t * per);
-      sink[t] += simd ? sum_bytes_avx512(slice, per * sizeof(float)) : sum_bytes_scalar(slice, per * sizeof(float));
+      sink[t] += sum_bytes(slice, per * sizeof(float));
     });
     if (run > 0) r.samples_gbps.push_back(static_cast<double>(per * n_threads * sizeof(float)) / s / 1e9);
   }
@@ -274,7 +300,6 @@ double probe_weights_once(const std::vector<std::span<const std::byte>>& mats, s
   const std::size_t share = (total + n_threads - 1) / n_threads;
   const std::size_t passes = std::max<std::size_t>(1, (std::size_t{256} << 20) / total);
   std::vector<float> sink(n_threads);
-  const bool simd = has_avx512();
   const double s = on_threads(n_threads, [&](std::size_t t) {
     // bytes [t * share, (t + 1) * share) of the matrices laid end to end
     std::size_t lo = t * share, hi = std::min(total, lo + share);
@@ -284,7 +309,7 @@ double probe_weights_once(const std::vector<std::span<const std::byte>>& mats, s
       for (const auto& m : mats) {
         const std::size_t a = std::max(lo, at), b = std::min(hi, at + m.size());
         if (a < b)
-          acc += simd ? sum_bytes_avx512(m.data() + (a - at), b - a) : sum_bytes_scalar(m.data() + (a - at), b - a);
+          acc += sum_bytes(m.data() + (a - at), b - a);
         at += m.size();
       }
     }
@@ -325,6 +350,41 @@ __attribute__((target("avx512f"))) float fma_loop(long iters) {
   return _mm512_reduce_add_ps(s);
 }
 
+/// Without AVX-512 VNNI, the int8 dot's instruction pair (what a u8 x s8
+/// kernel on AVX2 issues per 32 products, as vpdpbusd does per 64): 12
+/// independent chains of vpmaddubsw + vpmaddwd + vpaddd, 2 ops per product.
+__attribute__((target("avx2"))) std::int32_t maddubs_loop(long iters) {
+  __m256i a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_epi32(j);
+  __m256i x = _mm256_set1_epi8(1), y = _mm256_set1_epi8(-1);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (long i = 0; i < iters; ++i) {
+    asm volatile("" : "+x"(x), "+x"(y));
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), ones));
+  }
+  __m256i s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_epi32(s, a[j]);
+  alignas(32) std::int32_t l[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l), s);
+  return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+}
+
+/// 12 independent 256-bit FMA chains per thread: 12 * 8 multiply-adds per iteration.
+__attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) {
+  __m256 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(static_cast<float>(j));
+  __m256 x = _mm256_set1_ps(0.999f), y = _mm256_set1_ps(0.001f);
+  for (long i = 0; i < iters; ++i) {
+    asm volatile("" : "+x"(x), "+x"(y));
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], x, y);
+  }
+  __m256 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, a[j]);
+  alignas(32) float l[8];
+  _mm256_store_ps(l, s);
+  return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
+}
+
 struct compute_probe {
   std::size_t n_threads = 0;
   double int8_gops = 0, f32_gflops = 0;  // medians of 3
@@ -340,10 +400,16 @@ compute_probe probe_compute(std::size_t n_threads) {
     if (has_vnni()) {
       const double t = on_threads(n_threads, [&](std::size_t) { sink += vnni_loop(peak_iters); });
       s8.push_back(total_iters * 12 * 64 * 2 / t / 1e9);
+    } else if (has_avx2()) {
+      const double t = on_threads(n_threads, [&](std::size_t) { sink += maddubs_loop(peak_iters); });
+      s8.push_back(total_iters * 12 * 32 * 2 / t / 1e9);
     }
     if (has_avx512()) {
       const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(fma_loop(peak_iters)); });
       s32.push_back(total_iters * 12 * 16 * 2 / t / 1e9);
+    } else if (has_avx2()) {
+      const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(fma_loop_avx2(peak_iters)); });
+      s32.push_back(total_iters * 12 * 8 * 2 / t / 1e9);
     }
   }
   if (sink.load() == 42) std::fprintf(stderr, " ");
@@ -490,7 +556,7 @@ struct printer {
                   "\"f32_gflops\": %.1f",
                   commit.c_str(), c.n_threads, c.int8_gops, c.f32_gflops);
     if (format == "md")
-      std::printf("probe: compute peak, %zu threads: int8 vpdpbusd %.0f GOP/s, f32 FMA %.0f GFLOP/s\n", c.n_threads,
+      std::printf("probe: compute peak, %zu threads: int8 %.0f GOP/s, f32 FMA %.0f GFLOP/s\n", c.n_threads,
                   c.int8_gops, c.f32_gflops);
     else
       object(buf);
