@@ -4,9 +4,10 @@
 // The activations are quantized once per call to the format the weight type
 // pairs with (q8_0 / q8_1 for the legacy types, q8_K for the k-quants, as
 // ggml does), then each weight row meets them in an integer dot product.
-// For the legacy types with AVX-512 VNNI, decode (n_tokens <=
+// For the legacy types with AVX-512 VNNI or AVX2, decode (n_tokens <=
 // quant::decode_max_tokens, 2) takes the row-streaming decode kernel
-// (quant/legacy_decode.hpp: units of four blocks, memory-bound), and more
+// (quant/legacy_decode.hpp: units of four blocks with VNNI, paired rows
+// with two accumulator chains on AVX2), and with AVX-512 VNNI more
 // tokens take 16-row panels against 8-token groups (legacy_panels below,
 // quant/legacy_tokens.hpp), bit-identical to quant::ref::dot_fused; the two
 // agree within derived rounding bounds, not bit for bit
@@ -304,11 +305,11 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
         return;
       }
     }
-#if defined(KESTREL_LEGACY_DECODE)
+#if defined(KESTREL_LEGACY_DECODE) || defined(KESTREL_LEGACY_DECODE_AVX2)
     if constexpr (!std::is_same_v<A, quant::block_q8_K>) {
       if (!reference && n_tokens <= quant::decode_max_tokens) {
-        // Decode (up to decode_max_tokens tokens): every row streamed once,
-        // 4 blocks per unit of vpdpbusd (quant/legacy_decode.hpp).
+        // Decode (up to decode_max_tokens tokens): every row streamed once
+        // (quant/legacy_decode.hpp).
         thread_local quant::decode_acts<B> acts[quant::decode_max_tokens];
         const quant::decode_acts<B>* ap[quant::decode_max_tokens];
         for (std::size_t t = 0; t < n_tokens; ++t) {
