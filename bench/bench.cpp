@@ -352,15 +352,18 @@ __attribute__((target("avx512f"))) float fma_loop(long iters) {
 
 /// Without AVX-512 VNNI, the int8 dot's instruction pair (what a u8 x s8
 /// kernel on AVX2 issues per 32 products, as vpdpbusd does per 64): 12
-/// independent chains of vpmaddubsw + vpmaddwd + vpaddd, 2 ops per product.
+/// independent chains of vpmaddubsw + vpmaddwd, 2 ops per product. Each
+/// chain feeds its own result back as the next bytes (the values are
+/// meaningless; the timing does not depend on them), so the compiler cannot
+/// hoist a product out of the loop.
 __attribute__((target("avx2"))) std::int32_t maddubs_loop(long iters) {
   __m256i a[12];
   for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_epi32(j);
-  __m256i x = _mm256_set1_epi8(1), y = _mm256_set1_epi8(-1);
+  __m256i y = _mm256_set1_epi8(-1);
   const __m256i ones = _mm256_set1_epi16(1);
   for (long i = 0; i < iters; ++i) {
-    asm volatile("" : "+x"(x), "+x"(y));
-    for (int j = 0; j < 12; ++j) a[j] = _mm256_add_epi32(a[j], _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), ones));
+    asm volatile("" : "+x"(y));
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_madd_epi16(_mm256_maddubs_epi16(a[j], y), ones);
   }
   __m256i s = a[0];
   for (int j = 1; j < 12; ++j) s = _mm256_add_epi32(s, a[j]);

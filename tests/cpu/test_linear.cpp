@@ -374,8 +374,10 @@ TEST_CASE("cpu: q4_K_x16 / q6_K_x16 matvec / matmul / fused forms == the row-maj
 // bit for bit to quant::ref::dot_fused of the row and token (checked exactly
 // here: any tiling or thread count gives the same bits); calls of up to
 // decode_max_tokens tokens take the row-streaming decode kernel
-// (quant/legacy_decode.hpp, within gamma_(nb+6) T of exact); otherwise it is
-// quant::dot per (row, token). The reference path
+// (quant/legacy_decode.hpp, within gamma_(nb+6) T of exact). With AVX2
+// alone, decode takes the AVX2 decode kernel (the same bound) and longer
+// calls the AVX2 tiles (quant/legacy_tiles_avx2.hpp, gamma_(nb+4) T);
+// without AVX2 it is quant::dot per (row, token). The reference path
 // is quant::ref::dot. tests/quant/test_legacy_tokens.cpp derives |dot_fused -
 // ref::dot| <= (gamma_2nb + gamma_(nb+3)) T and tests/quant/test_legacy.cpp
 // |dot - exact|, |ref::dot - exact| <= gamma_(nb+8) T, T = sum_b (|d_w d_a

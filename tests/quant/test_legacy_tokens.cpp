@@ -3,7 +3,9 @@
 // scalar twin quant::ref::dot_fused, bit for bit, and dot_fused against the
 // plain twin quant::ref::dot within a derived bound; and the decode kernel
 // (quant::dot_rows_decode, legacy_decode.hpp) within gamma_(nb+6) T of the
-// exact sum, a token in a group equal to the token alone bit for bit.
+// exact sum, a token in a group equal to the token alone bit for bit; and
+// without VNNI the AVX2 prefill tiles (legacy_tiles_avx2.hpp) within
+// gamma_(nb+4) T of exact, the same bits in every tile shape.
 //
 // Bit for bit: dot_tile's per-(row, token) arithmetic is dot_fused's (exact
 // integer block sums, then one fma per block term in block order), so any
@@ -34,6 +36,7 @@
 #include "cpu/helpers.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_decode.hpp"
+#include "kestrel/quant/legacy_tiles_avx2.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
 
 namespace q = kestrel::quant;
@@ -181,6 +184,39 @@ TEST_CASE("quant: dot_tile and dot_fused need whole blocks") {
 
 namespace {
 
+/// The exact dot of row r and token t (integers exact, d_w d_a exact, summed
+/// in double) and its T = sum_b (|d_w d_a| sum_j |(q_w - o) q_a| + |m_w s_a|).
+template <class W>
+std::pair<double, double> exact_dot(const std::vector<W>& w, const std::vector<q::activation_of_t<W>>& a,
+                                    std::size_t r, std::size_t t, std::size_t nb) {
+  double exact = 0, T = 0;
+  for (std::size_t b = 0; b < nb; ++b) {
+    const W& wb = w[r * nb + b];
+    const auto& ab = a[t * nb + b];
+    int q[32];
+    if constexpr (std::is_same_v<W, q::block_q8_0>) {
+      for (int j = 0; j < 32; ++j) q[j] = wb.qs[j];
+    } else {
+      q::detail::unpack<q::ref::detail::fused_traits<W>::bits>(wb, q);
+    }
+    long isum = 0, iabs = 0;
+    for (int j = 0; j < 32; ++j) {
+      const long v = long(q[j] - q::ref::detail::fused_traits<W>::offset) * ab.qs[j];
+      isum += v;
+      iabs += v < 0 ? -v : v;
+    }
+    const double dd = double(kestrel::to_f32(wb.d)) * kestrel::to_f32(ab.d);
+    exact += dd * double(isum);
+    T += std::fabs(dd) * double(iabs);
+    if constexpr (q::has_offset_m<W>) {
+      const double ms = double(kestrel::to_f32(wb.m)) * kestrel::to_f32(ab.s);
+      exact += ms;
+      T += std::fabs(ms);
+    }
+  }
+  return {exact, T};
+}
+
 template <class W>
 void check_decode(const std::vector<W>& w, const std::vector<q::activation_of_t<W>>& a, std::size_t rows,
                   std::size_t n_tokens, std::size_t n) {
@@ -210,31 +246,7 @@ void check_decode(const std::vector<W>& w, const std::vector<q::activation_of_t<
     std::vector<float> alone(rows, -7.0f);
     q::dot_rows_decode<W>(base, nb * sizeof(W), rows, ap.data() + t, 1, alone.data(), rows);
     for (std::size_t r = 0; r < rows; ++r) {
-      double exact = 0, T = 0;
-      for (std::size_t b = 0; b < nb; ++b) {
-        const W& wb = w[r * nb + b];
-        const auto& ab = a[t * nb + b];
-        int q[32];
-        if constexpr (std::is_same_v<W, q::block_q8_0>) {
-          for (int j = 0; j < 32; ++j) q[j] = wb.qs[j];
-        } else {
-          q::detail::unpack<q::ref::detail::fused_traits<W>::bits>(wb, q);
-        }
-        long isum = 0, iabs = 0;
-        for (int j = 0; j < 32; ++j) {
-          const long v = long(q[j] - q::ref::detail::fused_traits<W>::offset) * ab.qs[j];
-          isum += v;
-          iabs += v < 0 ? -v : v;
-        }
-        const double dd = double(kestrel::to_f32(wb.d)) * kestrel::to_f32(ab.d);
-        exact += dd * double(isum);
-        T += std::fabs(dd) * double(iabs);
-        if constexpr (q::has_offset_m<W>) {
-          const double ms = double(kestrel::to_f32(wb.m)) * kestrel::to_f32(ab.s);
-          exact += ms;
-          T += std::fabs(ms);
-        }
-      }
+      const auto [exact, T] = exact_dot(w, a, r, t, nb);
       const double tol = gamma_n(nb + 6) * T, err = std::fabs(double(out[t * rows + r]) - exact);
       bad += !(err <= tol);
       if (tol > 0) worst = std::max(worst, err / tol);
@@ -325,6 +337,47 @@ TEST_CASE_TEMPLATE("quant: dot_rows_decode reads nothing past the last row", W, 
       CHECK(std::fabs(out[r] - want) <= 1e-3f * (1.0f + std::fabs(want)));
     }
     munmap(m, (data_pages + 1) * page);
+  }
+}
+#endif
+
+#if defined(KESTREL_LEGACY_TILES_AVX2)
+// The AVX2 prefill tiles (legacy_tiles_avx2.hpp): every (row, token) within
+// gamma_(nb+4) T of the exact dot (the header's bound), and the same bits in
+// every tile shape it can sit in (1..tile_rows_avx2 rows x 1..tile_tokens_avx2
+// tokens), since each runs the same operations in block order.
+TEST_CASE_TEMPLATE("quant: dot_tile_avx2 within gamma_(nb+4) T of exact; any tile shape, the same bits", W,
+                   TILE_TYPES) {
+  using A = q::activation_of_t<W>;
+  constexpr std::size_t R = q::tile_rows_avx2, TT = q::tile_tokens_avx2;
+  for (std::size_t nb : {1, 2, 3, 24, 65}) {
+    const std::size_t n = nb * 32, rows = R, n_tokens = TT;
+    const auto seed = static_cast<std::uint32_t>(nb * 31 + 5);
+    const auto w = quantized<W>(random_floats(rows * n, seed));
+    const auto a = quantized<A>(random_floats(n_tokens * n, seed + 1, -3.0f, 3.0f));
+    std::vector<q::token_aux> aux(n_tokens * nb);
+    for (std::size_t t = 0; t < n_tokens; ++t) q::make_token_aux<W>(a.data() + t * nb, aux.data() + t * nb, nb);
+    const auto* base = reinterpret_cast<const std::byte*>(w.data());
+    std::vector<float> full(rows * n_tokens + 1, -7.0f);
+    q::dot_tile_avx2<W>(base, nb * sizeof(W), rows, a.data(), aux.data(), nb, n_tokens, full.data(), rows);
+    std::size_t bad = 0, shape_bad = 0;
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t t = 0; t < n_tokens; ++t) {
+        const auto [exact, T] = exact_dot(w, a, r, t, nb);
+        bad += !(std::fabs(double(full[t * rows + r]) - exact) <= gamma_n(nb + 4) * T);
+        // (r, t) as the first of a tile of every shape that fits it.
+        for (std::size_t nr = 1; nr <= rows - r; ++nr)
+          for (std::size_t nt = 1; nt <= n_tokens - t; ++nt) {
+            std::vector<float> part(nr * nt, -7.0f);
+            q::dot_tile_avx2<W>(base + r * nb * sizeof(W), nb * sizeof(W), nr, a.data() + t * nb, aux.data() + t * nb,
+                                nb, nt, part.data(), nr);
+            shape_bad += !same_bits(part[0], full[t * rows + r]);
+          }
+      }
+    CAPTURE(nb);
+    CHECK(bad == 0);
+    CHECK(shape_bad == 0);
+    CHECK(full[rows * n_tokens] == -7.0f);
   }
 }
 #endif

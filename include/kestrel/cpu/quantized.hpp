@@ -11,7 +11,9 @@
 // tokens take 16-row panels against 8-token groups (legacy_panels below,
 // quant/legacy_tokens.hpp), bit-identical to quant::ref::dot_fused; the two
 // agree within derived rounding bounds, not bit for bit
-// (tests/cpu/test_linear.cpp); without VNNI, quant::dot per (row, token).
+// (tests/cpu/test_linear.cpp); with AVX2 alone more tokens take register
+// tiles of 2 rows x 4 tokens (quant/legacy_tiles_avx2.hpp); without AVX2,
+// quant::dot per (row, token).
 // For the k-quants with AVX-512 VNNI, calls of at least
 // quant::kpanel_min_tokens<B> tokens (prefill) take 16-row panels packed
 // once per call against 8-token groups (kquant_panels below,
@@ -40,6 +42,7 @@
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_decode.hpp"
+#include "kestrel/quant/legacy_tiles_avx2.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
 #include "kestrel/quant/quantize_acts.hpp"
 #include "kestrel/quant/ref/kquants.hpp"
@@ -143,6 +146,36 @@ inline void legacy_panels(const std::byte* base, std::size_t row_bytes, std::siz
         lp::panel_packed<B>(src, panel_rows(p), a + t0 * nb, ax + t0 * nb, nb, nt, y + t0 * rows + p * lp::panel_rows,
                             rows);
       });
+}
+#endif
+
+#if defined(KESTREL_LEGACY_TILES_AVX2)
+/// The legacy types' prefill without AVX-512 VNNI (AVX2): register tiles of
+/// tile_rows_avx2 rows x tile_tokens_avx2 tokens (quant/legacy_tiles_avx2.hpp),
+/// each output independent of the tiling. Threads split row pairs; a thread
+/// takes a tile of tokens at a time (about 192 KiB of activation blocks and
+/// aux, in L2) and passes its rows over it, each row pair (in L1) against
+/// every tile_tokens_avx2 tokens of it.
+template <class B, class A>
+inline void legacy_tiles_avx2(const std::byte* base, std::size_t row_bytes, std::size_t rows, const A* a,
+                              std::size_t nb, std::size_t n_tokens, float* y, thread_pool* pool) {
+  thread_local std::vector<quant::token_aux> aux;  // (n_tokens, nb); grown, never shrunk
+  if (aux.size() < n_tokens * nb) aux.resize(n_tokens * nb);
+  for (std::size_t t = 0; t < n_tokens; ++t) quant::make_token_aux<B>(a + t * nb, aux.data() + t * nb, nb);
+  const quant::token_aux* ax = aux.data();
+  constexpr std::size_t R = quant::tile_rows_avx2, T = quant::tile_tokens_avx2;
+  const std::size_t t_tile = std::max(T, 192 * 1024 / (nb * (sizeof(A) + sizeof(quant::token_aux))) / T * T);
+  parallel_for(pool, (rows + R - 1) / R, [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t t0 = 0; t0 < n_tokens; t0 += t_tile) {
+      const std::size_t t1 = std::min(n_tokens, t0 + t_tile);
+      for (std::size_t p = p0; p < p1; ++p) {
+        const std::size_t r = p * R, nr = std::min(R, rows - r);
+        for (std::size_t t = t0; t < t1; t += T)
+          quant::dot_tile_avx2<B>(base + r * row_bytes, row_bytes, nr, a + t * nb, ax + t * nb, nb,
+                                  std::min(T, t1 - t), y + t * rows + r, rows);
+      }
+    }
+  }, n_tokens * rows * nb * 32);
 }
 #endif
 
@@ -327,6 +360,13 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
     if constexpr (!std::is_same_v<A, quant::block_q8_K>) {
       if (!reference) {
         legacy_panels<B>(base, row_bytes, w.rows, a, nb, n_tokens, y, pool);
+        return;
+      }
+    }
+#elif defined(KESTREL_LEGACY_TILES_AVX2)
+    if constexpr (!std::is_same_v<A, quant::block_q8_K>) {
+      if (!reference) {
+        legacy_tiles_avx2<B>(base, row_bytes, w.rows, a, nb, n_tokens, y, pool);
         return;
       }
     }
