@@ -6,7 +6,10 @@
 // Every matrix product with block-quantized weights first quantizes its
 // activations. The scalar loops called roundf / lrintf per value (a libm
 // call each): profiled on the 110M shape they took ~10% of q4_0 decode and
-// ~25% of q4_0 prefill.
+// ~25% of q4_0 prefill (with AVX-512); on Zen 2 (AVX2) ~9% of a q4_0
+// prefill after its tile kernel (perf, 110M pp512), and the AVX2 versions
+// below made that file's pp512 542-546 -> 589-596 t/s and tg128 233-249 ->
+// 290-292 (kestrel-bench, 3 alternated rounds).
 //
 // Bit-identity: the per-block scale d and its inverse are computed by the
 // same scalar expressions as the twin; the products x * id are single
@@ -28,6 +31,9 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__)
 #include <immintrin.h>
 #define KESTREL_QUANTIZE_ACTS_AVX512 1
+#elif defined(__AVX2__)
+#include <immintrin.h>
+#define KESTREL_QUANTIZE_ACTS_AVX2 1
 #endif
 
 #include "kestrel/quant/kquants_format.hpp"
@@ -69,6 +75,67 @@ inline int q8_block(const float* x, Block& y, float& d) noexcept {
 }  // namespace detail::qa
 #endif
 
+#if defined(KESTREL_QUANTIZE_ACTS_AVX2)
+namespace detail::qa2 {
+
+// The AVX2 versions of detail::qa's: the same expressions on 8 lanes.
+
+inline __m256 abs8(__m256 v) noexcept { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
+
+/// The largest lane (exact, order-independent).
+inline float max8(__m256 v) noexcept {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+inline int sum8(__m256i v) noexcept {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_unpackhi_epi64(s, s));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 1));
+  return _mm_cvtsi128_si32(s);
+}
+
+/// roundf of every lane (ties away from zero), exactly (see detail::qa).
+inline __m256 round_away(__m256 v) noexcept {
+  const __m256 t = _mm256_round_ps(v, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __m256 up = _mm256_cmp_ps(abs8(_mm256_sub_ps(v, t)), _mm256_set1_ps(0.5f), _CMP_GE_OQ);
+  const __m256 step = _mm256_or_ps(_mm256_set1_ps(1.0f), _mm256_and_ps(v, _mm256_set1_ps(-0.0f)));
+  return _mm256_add_ps(t, _mm256_and_ps(up, step));
+}
+
+/// 32 int32 lanes (|q| <= 127) as 32 bytes in lane order at out.
+inline void store_bytes(const __m256i q[4], std::int8_t* out) noexcept {
+  // packs work per 128-bit lane: the bytes come out as 4-byte groups
+  // q0[0..3] q1[0..3] q2[0..3] q3[0..3] q0[4..7] ...; one permute restores
+  // the order. |q| <= 127, so the saturating packs do not change a value.
+  const __m256i b = _mm256_packs_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+/// One q8_0 / q8_1 block (32 values): the twin's quantize_q8_block.
+template <class Block>
+inline int q8_block(const float* x, Block& y, float& d) noexcept {
+  __m256 v[4], m = _mm256_setzero_ps();
+  for (int i = 0; i < 4; ++i) {
+    v[i] = _mm256_loadu_ps(x + 8 * i);
+    m = _mm256_max_ps(m, abs8(v[i]));
+  }
+  d = detail::fdiv(max8(m), 127.0f);
+  const float id = d != 0 ? detail::fdiv(1.0f, d) : 0.0f;
+  const __m256 vid = _mm256_set1_ps(id);
+  __m256i q[4];
+  for (int i = 0; i < 4; ++i) q[i] = _mm256_cvttps_epi32(round_away(_mm256_mul_ps(v[i], vid)));  // integral: exact
+  store_bytes(q, y.qs);
+  y.d = to_f16(d);
+  return sum8(_mm256_add_epi32(_mm256_add_epi32(q[0], q[1]), _mm256_add_epi32(q[2], q[3])));
+}
+
+}  // namespace detail::qa2
+#endif
+
 /// quantize_row(x, y, n) for the activation formats, vectorized where the
 /// build allows, otherwise the scalar quantize_row itself.
 inline void quantize_acts(const float* x, block_q8_0* y, std::size_t n) {
@@ -76,6 +143,10 @@ inline void quantize_acts(const float* x, block_q8_0* y, std::size_t n) {
   const std::size_t nb = detail::legacy_blocks(n, "quantize q8_0");
   float d;
   for (std::size_t i = 0; i < nb; ++i) detail::qa::q8_block(x + i * legacy_block_size, y[i], d);
+#elif defined(KESTREL_QUANTIZE_ACTS_AVX2)
+  const std::size_t nb = detail::legacy_blocks(n, "quantize q8_0");
+  float d;
+  for (std::size_t i = 0; i < nb; ++i) detail::qa2::q8_block(x + i * legacy_block_size, y[i], d);
 #else
   quantize_row(x, y, n);
 #endif
@@ -87,6 +158,13 @@ inline void quantize_acts(const float* x, block_q8_1* y, std::size_t n) {
   float d;
   for (std::size_t i = 0; i < nb; ++i) {
     const int sum = detail::qa::q8_block(x + i * legacy_block_size, y[i], d);
+    y[i].s = to_f16(detail::fmul(static_cast<float>(sum), d));
+  }
+#elif defined(KESTREL_QUANTIZE_ACTS_AVX2)
+  const std::size_t nb = detail::legacy_blocks(n, "quantize q8_1");
+  float d;
+  for (std::size_t i = 0; i < nb; ++i) {
+    const int sum = detail::qa2::q8_block(x + i * legacy_block_size, y[i], d);
     y[i].s = to_f16(detail::fmul(static_cast<float>(sum), d));
   }
 #else
@@ -126,6 +204,44 @@ inline void quantize_acts(const float* x, block_q8_K* y, std::size_t n) {
       q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(b.qs + 16 * g), _mm512_cvtepi32_epi8(q));
       b.bsums[g] = static_cast<std::int16_t>(_mm512_reduce_add_epi32(q));
+    }
+    b.d = 1.0f / iscale;
+  }
+#elif defined(KESTREL_QUANTIZE_ACTS_AVX2)
+  namespace qa2 = detail::qa2;
+  detail::check_n(n, "quantize_row");
+  for (std::size_t bi = 0; bi < n / qk_k; ++bi) {
+    const float* xb = x + bi * qk_k;
+    __m256 m = _mm256_setzero_ps();
+    for (std::size_t i = 0; i < qk_k; i += 8) m = _mm256_max_ps(m, qa2::abs8(_mm256_loadu_ps(xb + i)));
+    const float amax = qa2::max8(m);
+    block_q8_K& b = y[bi];
+    if (!(amax > 0.0f)) {  // the twin's amax stays 0 unless some |x| > 0
+      std::memset(&b, 0, sizeof b);
+      continue;
+    }
+    // vmax: the FIRST value of largest magnitude, with its sign.
+    float vmax = 0.0f;
+    for (std::size_t i = 0; i < qk_k; i += 8) {
+      const int hit = _mm256_movemask_ps(
+          _mm256_cmp_ps(qa2::abs8(_mm256_loadu_ps(xb + i)), _mm256_set1_ps(amax), _CMP_EQ_OQ));
+      if (hit) {
+        vmax = xb[i + static_cast<std::size_t>(__builtin_ctz(static_cast<unsigned>(hit)))];
+        break;
+      }
+    }
+    const float iscale = -127.0f / vmax;
+    const __m256 vs = _mm256_set1_ps(iscale);
+    const __m256i lo = _mm256_set1_epi32(-127), hi = _mm256_set1_epi32(127);
+    for (std::size_t g = 0; g < qk_k / 32; ++g) {
+      __m256i q[4];
+      for (int i = 0; i < 4; ++i) {
+        q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(vs, _mm256_loadu_ps(xb + 32 * g + 8 * i)));  // lrintf: nearest-even
+        q[i] = _mm256_min_epi32(_mm256_max_epi32(q[i], lo), hi);
+      }
+      qa2::store_bytes(q, b.qs + 32 * g);
+      b.bsums[2 * g] = static_cast<std::int16_t>(qa2::sum8(_mm256_add_epi32(q[0], q[1])));
+      b.bsums[2 * g + 1] = static_cast<std::int16_t>(qa2::sum8(_mm256_add_epi32(q[2], q[3])));
     }
     b.d = 1.0f / iscale;
   }
