@@ -536,6 +536,46 @@ inline void rows_decode(const std::byte* const* rp, std::size_t nb, const act_bl
 }  // namespace detail::ld2
 #endif
 
+#if defined(KESTREL_LEGACY_DECODE) || defined(KESTREL_LEGACY_DECODE_AVX2)
+namespace detail {
+
+/// The decode kernels' walk over rows: kern.template operator()<NT, R>(rp,
+/// op) for R = 1 or 2 rows at rp[0..R) writing op[0..R), NT = n_tokens
+/// (1..4). Up to 2 tokens (registers allow it), rows j and half + j side by
+/// side: two long sequential streams, which the hardware prefetchers follow
+/// (adjacent rows side by side make streams one row long: half the speed
+/// from DRAM, measured); the odd last row, and 3-4 tokens, one row at a time.
+template <class K>
+inline void decode_row_pairs(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t n_tokens,
+                             float* out, K&& kern) {
+  auto run = [&]<std::size_t NT>() {
+    std::size_t r = 0;
+    if constexpr (NT <= 2) {
+      const std::size_t half = n_rows / 2;
+      for (std::size_t j = 0; j < half; ++j) {
+        const std::byte* const rp[2] = {rows + j * row_bytes, rows + (half + j) * row_bytes};
+        float* const op[2] = {out + j, out + half + j};
+        kern.template operator()<NT, 2>(rp, op);
+      }
+      r = 2 * half;
+    }
+    for (; r < n_rows; ++r) {
+      const std::byte* const rp[1] = {rows + r * row_bytes};
+      float* const op[1] = {out + r};
+      kern.template operator()<NT, 1>(rp, op);
+    }
+  };
+  switch (n_tokens) {
+    case 1: run.template operator()<1>(); break;
+    case 2: run.template operator()<2>(); break;
+    case 3: run.template operator()<3>(); break;
+    default: run.template operator()<4>(); break;
+  }
+}
+
+}  // namespace detail
+#endif
+
 /// out[t * out_stride + r] for rows r < n_rows (row_bytes apart from rows)
 /// against tokens t < n_tokens (1 <= n_tokens <= decode_kernel_tokens), each
 /// within gamma_(nb + 6) T of the exact dot (header), the same bits whichever
@@ -552,62 +592,18 @@ inline void dot_rows_decode(const std::byte* rows, std::size_t row_bytes, std::s
   const ld::act_unit<W>* tok[decode_kernel_tokens];
   for (std::size_t t = 0; t < n_tokens; ++t) tok[t] = acts[t]->units.data();
   const ld::consts<W> c = ld::consts<W>::make();
-  auto run = [&]<std::size_t NT>() {
-    // Up to 2 tokens (registers allow it), rows j and half + j side by side:
-    // two long sequential streams, which the hardware prefetchers follow
-    // (adjacent rows side by side make streams one row long: half the speed
-    // from DRAM, measured); the odd last row alone.
-    std::size_t r = 0;
-    if constexpr (NT <= 2) {
-      const std::size_t half = n_rows / 2;
-      for (std::size_t j = 0; j < half; ++j) {
-        const std::byte* const rp[2] = {rows + j * row_bytes, rows + (half + j) * row_bytes};
-        float* const op[2] = {out + j, out + half + j};
-        ld::rows_decode<W, NT, 2>(rp, nb, tok, c, op, out_stride);
-      }
-      r = 2 * half;
-    }
-    for (; r < n_rows; ++r) {
-      const std::byte* const rp[1] = {rows + r * row_bytes};
-      float* const op[1] = {out + r};
-      ld::rows_decode<W, NT, 1>(rp, nb, tok, c, op, out_stride);
-    }
-  };
-  switch (n_tokens) {
-    case 1: run.template operator()<1>(); break;
-    case 2: run.template operator()<2>(); break;
-    case 3: run.template operator()<3>(); break;
-    default: run.template operator()<4>(); break;
-  }
+  detail::decode_row_pairs(rows, row_bytes, n_rows, n_tokens, out,
+                           [&]<std::size_t NT, std::size_t R>(const std::byte* const* rp, float* const* op) {
+                             ld::rows_decode<W, NT, R>(rp, nb, tok, c, op, out_stride);
+                           });
 #elif defined(KESTREL_LEGACY_DECODE_AVX2)
   namespace ld2 = detail::ld2;
   const ld2::act_block* tok[decode_kernel_tokens];
   for (std::size_t t = 0; t < n_tokens; ++t) tok[t] = acts[t]->blocks.data();
-  auto run = [&]<std::size_t NT>() {
-    // Rows j and half + j side by side (two long streams), up to 2 tokens;
-    // the odd last row, and 3-4 tokens, one row at a time (registers).
-    std::size_t r = 0;
-    if constexpr (NT <= 2) {
-      const std::size_t half = n_rows / 2;
-      for (std::size_t j = 0; j < half; ++j) {
-        const std::byte* const rp[2] = {rows + j * row_bytes, rows + (half + j) * row_bytes};
-        float* const op[2] = {out + j, out + half + j};
-        ld2::rows_decode<W, NT, 2>(rp, nb, tok, op, out_stride);
-      }
-      r = 2 * half;
-    }
-    for (; r < n_rows; ++r) {
-      const std::byte* const rp[1] = {rows + r * row_bytes};
-      float* const op[1] = {out + r};
-      ld2::rows_decode<W, NT, 1>(rp, nb, tok, op, out_stride);
-    }
-  };
-  switch (n_tokens) {
-    case 1: run.template operator()<1>(); break;
-    case 2: run.template operator()<2>(); break;
-    case 3: run.template operator()<3>(); break;
-    default: run.template operator()<4>(); break;
-  }
+  detail::decode_row_pairs(rows, row_bytes, n_rows, n_tokens, out,
+                           [&]<std::size_t NT, std::size_t R>(const std::byte* const* rp, float* const* op) {
+                             ld2::rows_decode<W, NT, R>(rp, nb, tok, op, out_stride);
+                           });
 #else
   for (std::size_t r = 0; r < n_rows; ++r)
     for (std::size_t t = 0; t < n_tokens; ++t)
