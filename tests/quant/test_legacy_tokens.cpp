@@ -356,10 +356,16 @@ TEST_CASE_TEMPLATE("quant: dot_tile_avx2 within gamma_(nb+4) T of exact; any til
     const auto w = quantized<W>(random_floats(rows * n, seed));
     const auto a = quantized<A>(random_floats(n_tokens * n, seed + 1, -3.0f, 3.0f));
     std::vector<q::token_aux> aux(n_tokens * nb);
-    for (std::size_t t = 0; t < n_tokens; ++t) q::make_token_aux<W>(a.data() + t * nb, aux.data() + t * nb, nb);
+    const std::size_t np = nb / 2;
+    std::vector<q::act_pair> pairs(n_tokens * np + 1);
+    for (std::size_t t = 0; t < n_tokens; ++t) {
+      q::make_token_aux<W>(a.data() + t * nb, aux.data() + t * nb, nb);
+      q::make_act_pairs<W>(a.data() + t * nb, pairs.data() + t * np, nb);
+    }
     const auto* base = reinterpret_cast<const std::byte*>(w.data());
     std::vector<float> full(rows * n_tokens + 1, -7.0f);
-    q::dot_tile_avx2<W>(base, nb * sizeof(W), rows, a.data(), aux.data(), nb, n_tokens, full.data(), rows);
+    q::dot_tile_avx2<W>(base, nb * sizeof(W), rows, a.data(), aux.data(), pairs.data(), nb, n_tokens, full.data(),
+                        rows);
     std::size_t bad = 0, shape_bad = 0;
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t t = 0; t < n_tokens; ++t) {
@@ -370,7 +376,7 @@ TEST_CASE_TEMPLATE("quant: dot_tile_avx2 within gamma_(nb+4) T of exact; any til
           for (std::size_t nt = 1; nt <= n_tokens - t; ++nt) {
             std::vector<float> part(nr * nt, -7.0f);
             q::dot_tile_avx2<W>(base + r * nb * sizeof(W), nb * sizeof(W), nr, a.data() + t * nb, aux.data() + t * nb,
-                                nb, nt, part.data(), nr);
+                                pairs.data() + t * np, nb, nt, part.data(), nr);
             shape_bad += !same_bits(part[0], full[t * rows + r]);
           }
       }

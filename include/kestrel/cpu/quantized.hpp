@@ -160,18 +160,26 @@ template <class B, class A>
 inline void legacy_tiles_avx2(const std::byte* base, std::size_t row_bytes, std::size_t rows, const A* a,
                               std::size_t nb, std::size_t n_tokens, float* y, thread_pool* pool) {
   thread_local std::vector<quant::token_aux> aux;  // (n_tokens, nb); grown, never shrunk
+  thread_local std::vector<quant::act_pair> pairs;  // (n_tokens, nb / 2), the _0 types
+  const std::size_t np = quant::pairs_avx2<B> ? nb / 2 : 0;
   if (aux.size() < n_tokens * nb) aux.resize(n_tokens * nb);
-  for (std::size_t t = 0; t < n_tokens; ++t) quant::make_token_aux<B>(a + t * nb, aux.data() + t * nb, nb);
+  if (pairs.size() < n_tokens * np) pairs.resize(n_tokens * np);
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    quant::make_token_aux<B>(a + t * nb, aux.data() + t * nb, nb);
+    if (np) quant::make_act_pairs<B>(a + t * nb, pairs.data() + t * np, nb);
+  }
   const quant::token_aux* ax = aux.data();
+  const quant::act_pair* ap = pairs.data();
   constexpr std::size_t R = quant::tile_rows_avx2, T = quant::tile_tokens_avx2;
-  const std::size_t t_tile = std::max(T, 192 * 1024 / (nb * (sizeof(A) + sizeof(quant::token_aux))) / T * T);
+  const std::size_t token_bytes = nb * (sizeof(A) + sizeof(quant::token_aux)) + np * sizeof(quant::act_pair);
+  const std::size_t t_tile = std::max(T, 192 * 1024 / token_bytes / T * T);
   parallel_for(pool, (rows + R - 1) / R, [&](std::size_t p0, std::size_t p1) {
     for (std::size_t t0 = 0; t0 < n_tokens; t0 += t_tile) {
       const std::size_t t1 = std::min(n_tokens, t0 + t_tile);
       for (std::size_t p = p0; p < p1; ++p) {
         const std::size_t r = p * R, nr = std::min(R, rows - r);
         for (std::size_t t = t0; t < t1; t += T)
-          quant::dot_tile_avx2<B>(base + r * row_bytes, row_bytes, nr, a + t * nb, ax + t * nb, nb,
+          quant::dot_tile_avx2<B>(base + r * row_bytes, row_bytes, nr, a + t * nb, ax + t * nb, ap + t * np, nb,
                                   std::min(T, t1 - t), y + t * rows + r, rows);
       }
     }
