@@ -524,6 +524,28 @@ inline void pair_codes(const W& b0, const W& b1, __m256i& lo, __m256i& hi) noexc
   }
 }
 
+/// The int32 sums of a pair step: blocks k and k + 1 of one row (codes wl,
+/// wh from pair_codes) against one token's pair x (values al, ah loaded
+/// from x.lo, x.hi), block k's in lanes 0-3 and k + 1's in lanes 4-7,
+/// starts included (exact).
+template <class W>
+inline __m256i pair_sum(__m256i wl, __m256i wh, __m256i al, __m256i ah, const act_pair& x) noexcept {
+  __m256i pl, ph;
+  if constexpr (std::is_same_v<W, block_q8_0>) {
+    pl = _mm256_maddubs_epi16(_mm256_sign_epi8(wl, wl), _mm256_sign_epi8(al, wl));
+    ph = _mm256_maddubs_epi16(_mm256_sign_epi8(wh, wh), _mm256_sign_epi8(ah, wh));
+  } else {
+    pl = _mm256_maddubs_epi16(wl, al);
+    ph = _mm256_maddubs_epi16(wh, ah);
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
+  if constexpr (std::is_same_v<W, block_q8_0>)
+    return s;
+  else
+    return _mm256_add_epi32(s, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.start)));
+}
+
 /// d_w of b0 in lanes 0-3, of b1 in lanes 4-7 (exact).
 template <class W>
 inline __m256 pair_scales(const W& b0, const W& b1) noexcept {
@@ -609,7 +631,6 @@ inline void rows_decode(const std::byte* const* rp, std::size_t nb, const act_bl
   std::size_t k = 0;
   if constexpr (pairs_avx2<W>) {
     // Two blocks per step (act_pair), pairs alternating between the chains.
-    const __m256i ones = _mm256_set1_epi16(1);
     for (std::size_t j = 0; k + 2 <= nb; k += 2, ++j) {
       const W* b[R];
       __m256i wl[R], wh[R];
@@ -625,17 +646,7 @@ inline void rows_decode(const std::byte* const* rp, std::size_t nb, const act_bl
         const __m256i al = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.lo));
         const __m256i ah = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.hi));
         for (std::size_t r = 0; r < R; ++r) {
-          __m256i pl, ph;
-          if constexpr (std::is_same_v<W, block_q8_0>) {
-            pl = _mm256_maddubs_epi16(_mm256_sign_epi8(wl[r], wl[r]), _mm256_sign_epi8(al, wl[r]));
-            ph = _mm256_maddubs_epi16(_mm256_sign_epi8(wh[r], wh[r]), _mm256_sign_epi8(ah, wh[r]));
-          } else {
-            pl = _mm256_maddubs_epi16(wl[r], al);
-            ph = _mm256_maddubs_epi16(wh[r], ah);
-          }
-          __m256i sum = _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
-          if constexpr (!std::is_same_v<W, block_q8_0>)
-            sum = _mm256_add_epi32(sum, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.start)));
+          const __m256i sum = pair_sum<W>(wl[r], wh[r], al, ah, x);
           acc[r][t][j & 1] =
               _mm256_fmadd_ps(_mm256_mul_ps(dw[r], _mm256_load_ps(x.d)), _mm256_cvtepi32_ps(sum), acc[r][t][j & 1]);
         }

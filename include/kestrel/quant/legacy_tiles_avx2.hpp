@@ -95,19 +95,9 @@ inline void tile(const std::byte* rows, std::size_t row_bytes, const activation_
         const __m256i ah = _mm256_load_si256(reinterpret_cast<const __m256i*>(x.hi));
         const __m256 da = _mm256_load_ps(x.d);
 #pragma GCC unroll 4
-        for (std::size_t r = 0; r < R; ++r) {
-          __m256i pl, ph;
-          if constexpr (q8) {
-            pl = _mm256_maddubs_epi16(_mm256_sign_epi8(wl[r], wl[r]), _mm256_sign_epi8(al, wl[r]));
-            ph = _mm256_maddubs_epi16(_mm256_sign_epi8(wh[r], wh[r]), _mm256_sign_epi8(ah, wh[r]));
-          } else {
-            pl = _mm256_maddubs_epi16(wl[r], al);
-            ph = _mm256_maddubs_epi16(wh[r], ah);
-          }
-          __m256i s = _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
-          if constexpr (has_start) s = _mm256_add_epi32(s, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.start)));
-          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(s), acc[r][t]);
-        }
+        for (std::size_t r = 0; r < R; ++r)
+          acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(pair_sum<W>(wl[r], wh[r], al, ah, x)),
+                                      acc[r][t]);
       }
     }
     k0 = 2 * np;
