@@ -164,8 +164,11 @@ inline void legacy_tiles_avx2(const std::byte* base, std::size_t row_bytes, std:
   const std::size_t np = quant::pairs_avx2<B> ? nb / 2 : 0;
   if (aux.size() < n_tokens * nb) aux.resize(n_tokens * nb);
   if (pairs.size() < n_tokens * np) pairs.resize(n_tokens * np);
+  // The one-block step reads aux for every block, or with pairs only for
+  // an odd last block.
+  const std::size_t first = 2 * np;
   for (std::size_t t = 0; t < n_tokens; ++t) {
-    quant::make_token_aux<B>(a + t * nb, aux.data() + t * nb, nb);
+    quant::make_token_aux<B>(a + t * nb + first, aux.data() + t * nb + first, nb - first);
     if (np) quant::make_act_pairs<B>(a + t * nb, pairs.data() + t * np, nb);
   }
   const quant::token_aux* ax = aux.data();

@@ -147,6 +147,12 @@ template <class W>
 inline constexpr bool pairs_avx2 =
     std::is_same_v<W, block_q4_0> || std::is_same_v<W, block_q5_0> || std::is_same_v<W, block_q8_0>;
 
+/// Whether the AVX2 kernels' integer sum takes a start -o sum(q_a): the
+/// nibble _0 types, whose codes go in unsigned (q8_0 moves signs instead,
+/// the _1 types have no offset).
+template <class W>
+inline constexpr bool start_avx2 = std::is_same_v<W, block_q4_0> || std::is_same_v<W, block_q5_0>;
+
 /// One token's activation blocks k and k + 1 laid out for the pair step:
 /// lo = values 0-15 of k, then of k + 1; hi = values 16-31 likewise; d =
 /// d_a of k in lanes 0-3, of k + 1 in 4-7; start = the integer start
@@ -171,7 +177,7 @@ inline void make_act_pairs(const activation_of_t<W>* a, act_pair* out, std::size
     std::fill(p.d, p.d + 4, to_f32(a0.d));
     std::fill(p.d + 4, p.d + 8, to_f32(a1.d));
     std::fill(p.start, p.start + 8, 0);
-    if constexpr (!std::is_same_v<W, block_q8_0>) {
+    if constexpr (start_avx2<W>) {
       p.start[0] = block_start<W>(a0);
       p.start[4] = block_start<W>(a1);
     }
@@ -215,17 +221,21 @@ struct decode_acts {
     }
 #elif defined(KESTREL_LEGACY_DECODE_AVX2)
     if (blocks.size() < nb) blocks.resize(nb);
+    // The one-block step reads blocks[k] for every k, or with pairs only
+    // an odd last block.
+    std::size_t first = 0;
     if constexpr (pairs_avx2<W>) {
       if (pairs.size() < nb / 2) pairs.resize(nb / 2);
       make_act_pairs<W>(act, pairs.data(), nb);
+      first = nb / 2 * 2;
     }
-    for (std::size_t b = 0; b < nb; ++b) {
+    for (std::size_t b = first; b < nb; ++b) {
       detail::ld2::act_block& u = blocks[b];
       std::memset(&u, 0, sizeof u);
       std::memcpy(u.q, act[b].qs, 32);
       std::fill(u.d, u.d + 8, to_f32(act[b].d));
       if constexpr (has_offset_m<W>) u.s = to_f32(act[b].s);
-      if constexpr (std::is_same_v<W, block_q4_0> || std::is_same_v<W, block_q5_0>) u.init[0] = block_start<W>(act[b]);
+      if constexpr (start_avx2<W>) u.init[0] = block_start<W>(act[b]);
     }
 #else
     a = act;
@@ -540,10 +550,10 @@ inline __m256i pair_sum(__m256i wl, __m256i wh, __m256i al, __m256i ah, const ac
   }
   const __m256i ones = _mm256_set1_epi16(1);
   const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
-  if constexpr (std::is_same_v<W, block_q8_0>)
-    return s;
-  else
+  if constexpr (start_avx2<W>)
     return _mm256_add_epi32(s, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.start)));
+  else
+    return s;
 }
 
 /// d_w of b0 in lanes 0-3, of b1 in lanes 4-7 (exact).
@@ -554,35 +564,33 @@ inline __m256 pair_scales(const W& b0, const W& b1) noexcept {
   return _mm256_insertf128_ps(_mm256_castps128_ps256(d0), d1, 1);
 }
 
-/// The 32 nibbles of qs as bytes in value order: the 16 bytes in both
-/// 128-bit lanes (one broadcast load), the high lane shifted right by 4.
-inline __m256i nibbles(const std::uint8_t* qs) noexcept {
-  const __m256i b = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qs)));
-  return _mm256_and_si256(_mm256_srlv_epi32(b, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4)), _mm256_set1_epi8(0x0f));
-}
-
+/// A block's codes: quant::dot's weight bytes (detail::avx2::weights), but
+/// for q4_0 / q5_0 without the offset subtract (start_avx2 removes it).
 template <class W>
 inline __m256i codes(const W& b) noexcept {
-  if constexpr (std::is_same_v<W, block_q4_0> || std::is_same_v<W, block_q4_1>)
-    return nibbles(b.qs);
-  else if constexpr (std::is_same_v<W, block_q5_0> || std::is_same_v<W, block_q5_1>)
-    return _mm256_or_si256(nibbles(b.qs), detail::avx2::fifth_bits(b.qh));
+  namespace a2 = detail::avx2;
+  if constexpr (std::is_same_v<W, block_q4_0>)
+    return a2::nibbles(b.qs);
+  else if constexpr (std::is_same_v<W, block_q5_0>)
+    return _mm256_or_si256(a2::nibbles(b.qs), a2::fifth_bits(b.qh));
   else
-    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs));
+    return a2::weights(b);
 }
 
 /// An f16 in all 8 lanes as float (vpbroadcastw + vcvtph2ps; exact).
 inline __m256 broadcast_f16(f16 h) noexcept { return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<short>(h.bits))); }
 
-/// The block's integer sum of code x q_a (q8_0: of value x q_a), start included.
+/// The block's integer sum of code x q_a (q8_0: of value x q_a) in 8 int32
+/// lanes, plus start (the start in lane 0, zeros elsewhere) where
+/// start_avx2<W>; start is not read otherwise.
 template <class W>
-inline __m256i block_sum(__m256i w, __m256i qa, const act_block& a) noexcept {
+inline __m256i block_sum(__m256i w, __m256i qa, __m256i start) noexcept {
   if constexpr (std::is_same_v<W, block_q8_0>) {
     return detail::avx2::dot_s8s8(w, qa);
   } else {
-    const __m256i s = _mm256_madd_epi16(_mm256_maddubs_epi16(w, qa), _mm256_set1_epi16(1));
-    if constexpr (std::is_same_v<W, block_q4_0> || std::is_same_v<W, block_q5_0>)
-      return _mm256_add_epi32(s, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.init)));
+    const __m256i s = detail::avx2::dot_u8s8(w, qa);
+    if constexpr (start_avx2<W>)
+      return _mm256_add_epi32(s, start);
     else
       return s;
   }
@@ -622,7 +630,8 @@ inline void rows_decode(const std::byte* const* rp, std::size_t nb, const act_bl
       const act_block& a = tok[t][k];
       const __m256i qa = _mm256_load_si256(reinterpret_cast<const __m256i*>(a.q));
       for (std::size_t r = 0; r < R; ++r) {
-        const __m256 f = _mm256_cvtepi32_ps(block_sum<W>(wv[r], qa, a));
+        const __m256 f =
+            _mm256_cvtepi32_ps(block_sum<W>(wv[r], qa, _mm256_load_si256(reinterpret_cast<const __m256i*>(a.init))));
         acc[r][t][p] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], _mm256_load_ps(a.d)), f, acc[r][t][p]);
         if constexpr (has_m) om[r][t][p] = std::fma(mw[r], a.s, om[r][t][p]);
       }

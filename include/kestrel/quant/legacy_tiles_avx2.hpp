@@ -65,8 +65,7 @@ namespace detail::ld2 {
 template <class W, std::size_t R, std::size_t T>
 inline void tile(const std::byte* rows, std::size_t row_bytes, const activation_of_t<W>* a, const token_aux* aux,
                  const act_pair* pairs, std::size_t nb, float* y, std::size_t y_stride) noexcept {
-  constexpr bool has_m = has_offset_m<W>, q8 = std::is_same_v<W, block_q8_0>;
-  constexpr bool has_start = std::is_same_v<W, block_q4_0> || std::is_same_v<W, block_q5_0>;
+  constexpr bool has_m = has_offset_m<W>;
   const W* rp[R];
   for (std::size_t r = 0; r < R; ++r) rp[r] = reinterpret_cast<const W*>(rows + r * row_bytes);
   __m256 acc[R][T];
@@ -76,7 +75,6 @@ inline void tile(const std::byte* rows, std::size_t row_bytes, const activation_
       acc[r][t] = _mm256_setzero_ps();
       om[r][t] = 0.0f;
     }
-  const __m256i ones = _mm256_set1_epi16(1);
   std::size_t k0 = 0;
   if constexpr (pairs_avx2<W>) {
     const std::size_t np = nb / 2;
@@ -105,10 +103,12 @@ inline void tile(const std::byte* rows, std::size_t row_bytes, const activation_
   for (std::size_t k = k0; k < nb; ++k) {
     __m256i wv[R];
     __m256 dw[R];
+    float mw[R];
 #pragma GCC unroll 4
     for (std::size_t r = 0; r < R; ++r) {
       wv[r] = codes(rp[r][k]);
       dw[r] = broadcast_f16(rp[r][k].d);
+      if constexpr (has_m) mw[r] = detail::avx2::h2f(rp[r][k].m);
     }
     // Unrolled: the accumulators must stay in registers (g++ -O2 and -O3
     // otherwise keep them on the stack, 1.6x slower).
@@ -118,17 +118,12 @@ inline void tile(const std::byte* rows, std::size_t row_bytes, const activation_
       const token_aux& x = aux[t * nb + k];
       const __m256i qa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ab.qs));
       const __m256 da = _mm256_broadcast_ss(&x.d);
+      const __m256i start = _mm256_zextsi128_si256(_mm_cvtsi32_si128(x.start));
 #pragma GCC unroll 4
       for (std::size_t r = 0; r < R; ++r) {
-        __m256i s;
-        if constexpr (q8)
-          s = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(wv[r], wv[r]), _mm256_sign_epi8(qa, wv[r])),
-                                ones);
-        else
-          s = _mm256_madd_epi16(_mm256_maddubs_epi16(wv[r], qa), ones);
-        if constexpr (has_start) s = _mm256_add_epi32(s, _mm256_zextsi128_si256(_mm_cvtsi32_si128(x.start)));
-        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(s), acc[r][t]);
-        if constexpr (has_m) om[r][t] = std::fma(detail::avx2::h2f(rp[r][k].m), x.s, om[r][t]);
+        acc[r][t] = _mm256_fmadd_ps(_mm256_mul_ps(dw[r], da), _mm256_cvtepi32_ps(block_sum<W>(wv[r], qa, start)),
+                                    acc[r][t]);
+        if constexpr (has_m) om[r][t] = std::fma(mw[r], x.s, om[r][t]);
       }
     }
   }
