@@ -92,7 +92,7 @@ TEST_CASE("cpu: matmul == ref::matmul") {
   // 1..3: matvec and skinny tails; 7, 16, 17, 24, 25: both sides of the skinny / GEMM
   // thresholds (16 for f32, 24 for f16/bf16); 25 and 64: the GEMM's full
   // 8-token tiles and its 1- and 6-token tails (25, 30); cols 1000 and 4096 span
-  // several of its 128-column passes.
+  // several of its 128-column passes (AVX-512; AVX2 takes all columns in one).
   for (dtype t : all_types)
     for (auto [rows, cols] : shapes)
       for (std::size_t n_tokens : {0, 1, 2, 3, 7, 16, 17, 24, 25, 30, 64}) {

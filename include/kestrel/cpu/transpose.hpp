@@ -2,7 +2,7 @@
 // repack blocks of rows into columns (cpu/gemm.hpp's panels).
 #pragma once
 
-#if defined(__AVX512F__)
+#if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
@@ -35,5 +35,27 @@ inline void transpose16x16(__m512 r[16]) noexcept {
 }
 #endif
 
+#if defined(__AVX2__)
+/// r[i] = row i of an 8 x 8 block -> r[i] = column i: unpack pairs, then
+/// 4 x 4 blocks within 128-bit lanes, then swap the off-diagonal lanes.
+inline void transpose8x8(__m256 r[8]) noexcept {
+  __m256 t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 2; ++i) {
+    u[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+    u[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+    u[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+    u[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+  }
+  // lane L of u[4i + c] = rows 4i..4i+3 of column 4L + c
+  for (int c = 0; c < 4; ++c) {
+    r[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    r[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+#endif
 
 }  // namespace kestrel::cpu::detail
