@@ -44,28 +44,28 @@ inline constexpr std::size_t gemm_nr = 2 * simd::width;               // rows of
 // beat the extra reuse of each weight load.
 inline constexpr std::size_t gemm_mr = simd::width >= 16 ? 8 : 6;
 
-/// Packs rows [r, r + n) (n <= gemm_nr) of w (rows of `cols`) into
-/// panel[k * gemm_nr + j], converted to f32; rows past n are zeros. With
-/// AVX-512, full 16 x 16 blocks go through registers (transpose16x16): the
-/// scalar scatter took ~8% of a TinyLlama-shape f16 prefill.
+/// Packs n <= gemm_nr rows of w (cols values each, row i at w + i * ld) into
+/// panel[k * gemm_nr + j], converted to f32; the panel's rows past n are
+/// left as they are. With AVX-512, full 16 x 16 blocks go through registers
+/// (transpose16x16): the scalar scatter took ~8% of a TinyLlama-shape f16
+/// prefill.
 template <class T>
-inline void gemm_pack_panel(const T* w, std::size_t cols, std::size_t r, std::size_t n, float* panel) noexcept {
+inline void gemm_pack_block(const T* w, std::size_t ld, std::size_t n, std::size_t cols, float* panel) noexcept {
   constexpr std::size_t W = simd::width;
-  if (n < gemm_nr) std::fill(panel, panel + cols * gemm_nr, 0.0f);
   std::size_t j = 0, k_done = 0;
 #if defined(__AVX512F__)
   static_assert(W == 16 && gemm_nr == 32);
   k_done = cols - cols % 16;
   for (; j + 16 <= n; j += 16) {
-    const T* rows16 = w + (r + j) * cols;
+    const T* rows16 = w + j * ld;
     for (std::size_t k = 0; k < k_done; k += 16) {
       __m512 b[16];
-      for (std::size_t i = 0; i < 16; ++i) b[i] = load_f32(rows16 + i * cols + k);
+      for (std::size_t i = 0; i < 16; ++i) b[i] = load_f32(rows16 + i * ld + k);
       transpose16x16(b);
       for (std::size_t i = 0; i < 16; ++i) _mm512_store_ps(panel + (k + i) * gemm_nr + j, b[i]);
     }
     for (std::size_t i = 0; i < 16; ++i)
-      for (std::size_t k = k_done; k < cols; ++k) panel[k * gemm_nr + j + i] = to_float(rows16[i * cols + k]);
+      for (std::size_t k = k_done; k < cols; ++k) panel[k * gemm_nr + j + i] = to_float(rows16[i * ld + k]);
   }
 #elif defined(__AVX2__)
   // The same with 8 x 8 blocks (the scalar scatter took ~6% of a
@@ -73,22 +73,22 @@ inline void gemm_pack_panel(const T* w, std::size_t cols, std::size_t r, std::si
   static_assert(W == 8 && gemm_nr == 16);
   k_done = cols - cols % 8;
   for (; j + 8 <= n; j += 8) {
-    const T* rows8 = w + (r + j) * cols;
+    const T* rows8 = w + j * ld;
     for (std::size_t k = 0; k < k_done; k += 8) {
       __m256 b[8];
-      for (std::size_t i = 0; i < 8; ++i) b[i] = load_f32(rows8 + i * cols + k);
+      for (std::size_t i = 0; i < 8; ++i) b[i] = load_f32(rows8 + i * ld + k);
       transpose8x8(b);
       for (std::size_t i = 0; i < 8; ++i) _mm256_store_ps(panel + (k + i) * gemm_nr + j, b[i]);
     }
     for (std::size_t i = 0; i < 8; ++i)
-      for (std::size_t k = k_done; k < cols; ++k) panel[k * gemm_nr + j + i] = to_float(rows8[i * cols + k]);
+      for (std::size_t k = k_done; k < cols; ++k) panel[k * gemm_nr + j + i] = to_float(rows8[i * ld + k]);
   }
 #endif
   // The rest (rows of a partial block; every row without AVX2): convert W
   // values of a row, then scatter them down the panel's columns.
   alignas(64) float tmp[W];
   for (; j < n; ++j) {
-    const T* row = w + (r + j) * cols;
+    const T* row = w + j * ld;
     std::size_t k = 0;
     for (; k + W <= cols; k += W) {
       load_f32(row + k).store_aligned(tmp);
@@ -97,6 +97,14 @@ inline void gemm_pack_panel(const T* w, std::size_t cols, std::size_t r, std::si
     for (; k < cols; ++k) panel[k * gemm_nr + j] = to_float(row[k]);
   }
   (void)k_done;
+}
+
+/// Packs rows [r, r + n) (n <= gemm_nr) of w (rows of `cols`) into the
+/// panel; rows past n are zeros.
+template <class T>
+inline void gemm_pack_panel(const T* w, std::size_t cols, std::size_t r, std::size_t n, float* panel) noexcept {
+  if (n < gemm_nr) std::fill(panel, panel + cols * gemm_nr, 0.0f);
+  gemm_pack_block(w + r * cols, cols, n, cols, panel);
 }
 
 /// y[t * ldy + j] (t < MR, j < n_rows <= gemm_nr) = sum_k x[t * ldx + k] *
@@ -176,15 +184,17 @@ inline float* float_scratch(std::size_t n) {
   return reinterpret_cast<float*>((p + 63) & ~std::uintptr_t{63});
 }
 
-/// Y[:, r0:r1) = X W[r0:r1)^T. w: (rows, cols); x: (n_tokens, cols);
-/// y: (n_tokens, rows). r0 is a multiple of gemm_nr except at r1.
-template <class T>
-inline void gemm_rows(const T* w, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens, float* y,
-                      std::size_t r0, std::size_t r1) {
+/// Y[:, r0:r1) = X W[r0:r1)^T, each panel of W made by pack(r, n, panel)
+/// (rows [r, r + n) of W as gemm_pack_panel lays them out, zeros past n).
+/// x: (n_tokens, cols); y: (n_tokens, rows). r0 is a multiple of gemm_nr
+/// except at r1.
+template <class Pack>
+inline void gemm_panels(Pack&& pack, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens,
+                        float* y, std::size_t r0, std::size_t r1) {
   float* panel = float_scratch(cols * gemm_nr);
   for (std::size_t r = r0; r < r1; r += gemm_nr) {
     const std::size_t n = std::min(gemm_nr, r1 - r);
-    gemm_pack_panel(w, cols, r, n, panel);
+    pack(r, n, panel);
     const std::size_t kc = gemm_kc == 0 ? cols : gemm_kc;
     for (std::size_t k0 = 0; k0 < cols; k0 += kc) {
       const std::size_t k1 = std::min(cols, k0 + kc);
@@ -194,6 +204,15 @@ inline void gemm_rows(const T* w, std::size_t rows, std::size_t cols, const floa
       if (t < n_tokens) gemm_tile_tail(n_tokens - t, panel, k0, k1, x + t * cols, cols, y + t * rows + r, rows, n);
     }
   }
+}
+
+/// Y[:, r0:r1) = X W[r0:r1)^T. w: (rows, cols); x: (n_tokens, cols);
+/// y: (n_tokens, rows). r0 is a multiple of gemm_nr except at r1.
+template <class T>
+inline void gemm_rows(const T* w, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens, float* y,
+                      std::size_t r0, std::size_t r1) {
+  gemm_panels([&](std::size_t r, std::size_t n, float* panel) { gemm_pack_panel(w, cols, r, n, panel); }, rows, cols,
+              x, n_tokens, y, r0, r1);
 }
 
 }  // namespace kestrel::cpu::detail

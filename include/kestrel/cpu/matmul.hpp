@@ -19,7 +19,9 @@
 // tile of rows at a time (~256 KiB, in L2) into a grow-only scratch buffer.
 //
 // A single token is a matrix-vector product, bound by bandwidth rather than
-// compute; matmul hands it to matvec.
+// compute; matmul hands it to matvec. Block-quantized weights go to
+// cpu/quantized.hpp's int8 kernels, except prefill on AVX2 without VNNI,
+// which dequantizes panels into the GEMM above (dequant_gemm below).
 #pragma once
 
 #include <algorithm>
@@ -140,6 +142,66 @@ inline void matmul_skinny(const Wt* w, std::size_t rows, std::size_t cols, const
 template <class Wt>
 inline constexpr std::size_t skinny_max_tokens = std::is_same_v<Wt, float> ? 16 : 24;
 
+#if defined(KESTREL_LEGACY_TILES_AVX2)
+/// Prefill without VNNI: W dequantized a panel at a time into the float
+/// GEMM (cpu/gemm.hpp) against X in f32, no activations quantized.
+///
+/// Why: without VNNI the int8 products are no faster than f32 FMAs. On Zen
+/// 2 one vpmaddubsw + vpmaddwd pair (32 products) issues every 2 cycles
+/// per core, as do two 8-wide FMAs (16 products each): kestrel-bench's
+/// probes read 190-199 GOP/s int8 and 161-215 GFLOP/s f32. The int8 kernels
+/// also pay for the per-block scales and the activations' quantization,
+/// and reached 0.56-0.73 of the int8 peak; the float GEMM reaches about
+/// 0.9 of the f32 peak, and dequantizing a panel of 16 rows costs little
+/// against the hundreds of tokens that meet it. (llama.cpp's CUDA backend
+/// makes the same trade: dequantize to f16 and call cuBLAS for large
+/// batches.)
+///
+/// The result is the float product of the weights' dequantized values
+/// (quant::dequantize_row, the values the file encodes) with X: closer to
+/// the exact product than the int8 path, which rounds X to 8 bits, and
+/// held by the tests to the float GEMM's bound against ref::matmul on the
+/// dequantized matrix. It is another rounding than decode's int8 kernels,
+/// so calls from dequant_gemm_min_tokens tokens on give a token other bits
+/// than a shorter call (as the VNNI prefill panels do from
+/// quant::kpanel_min_tokens).
+#define KESTREL_DEQUANT_GEMM 1
+inline constexpr std::size_t dequant_gemm_min_tokens = 32;
+
+/// Y = X W^T for a row-major block type (the x16 layouts are made only with
+/// VNNI); cols a positive multiple of the block size.
+inline void dequant_gemm(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool) {
+  visit_quantized(w, [&](const auto* blocks) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
+    const std::size_t rows = w.rows, cols = w.cols, row_bytes = w.row_bytes(), qk = block_size(w.type);
+    const auto* base = reinterpret_cast<const std::byte*>(blocks);
+    constexpr std::size_t chunk = 256;  // columns dequantized at a time: 16 rows x 256 floats, 16 KiB in L1
+    auto pack = [&](std::size_t r, std::size_t n, float* panel) {
+      alignas(64) float tmp[gemm_nr * chunk];
+      if (n < gemm_nr) std::fill(panel, panel + cols * gemm_nr, 0.0f);
+      for (std::size_t k0 = 0; k0 < cols; k0 += chunk) {
+        const std::size_t kn = std::min(chunk, cols - k0);  // whole blocks: 256 and cols are multiples of qk
+        for (std::size_t j = 0; j < n; ++j)
+          quant::dequantize_row(reinterpret_cast<const B*>(base + (r + j) * row_bytes) + k0 / qk, tmp + j * chunk, kn);
+        gemm_pack_block(tmp, chunk, n, kn, panel + k0 * gemm_nr);
+      }
+    };
+    parallel_for(pool, (rows + gemm_nr - 1) / gemm_nr, [&](std::size_t p0, std::size_t p1) {
+      gemm_panels(pack, rows, cols, x, n_tokens, y, p0 * gemm_nr, std::min(rows, p1 * gemm_nr));
+    }, n_tokens * rows * cols);
+  });
+}
+
+/// Whether matmul hands w with n_tokens tokens to dequant_gemm.
+inline bool takes_dequant_gemm(const weight_view& w, std::size_t n_tokens) noexcept {
+  return n_tokens >= dequant_gemm_min_tokens && w.type != dtype::q4_k_x16 && w.type != dtype::q6_k_x16 &&
+         w.cols > 0 && w.cols % block_size(w.type) == 0;
+}
+#else
+// With VNNI (or without AVX2) the int8 kernels take every call.
+inline constexpr std::size_t dequant_gemm_min_tokens = static_cast<std::size_t>(-1);
+#endif
+
 }  // namespace detail
 
 /// Whether matmul's large products go to Eigen rather than cpu/gemm.hpp
@@ -156,7 +218,12 @@ inline bool eigen_gemm() {
 /// Y = X W^T. w: (rows, cols) of f32, f16 or bf16; x: (n_tokens, cols);
 /// y: (n_tokens, rows); all row-major. pool may be null. y must not alias x.
 inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool) {
-  if (is_quantized(w.type)) return detail::quantized_linear(w, x, n_tokens, y, pool, /*reference=*/false);
+  if (is_quantized(w.type)) {
+#if defined(KESTREL_DEQUANT_GEMM)
+    if (detail::takes_dequant_gemm(w, n_tokens)) return detail::dequant_gemm(w, x, n_tokens, y, pool);
+#endif
+    return detail::quantized_linear(w, x, n_tokens, y, pool, /*reference=*/false);
+  }
   if (n_tokens == 0 || w.rows == 0) return;
   if (n_tokens == 1) return matvec(w, x, y, pool);
   const std::size_t rows = w.rows, cols = w.cols;

@@ -13,7 +13,9 @@
 // agree within derived rounding bounds, not bit for bit
 // (tests/cpu/test_linear.cpp); with AVX2 alone more tokens take register
 // tiles of 2 rows x 4 tokens (quant/legacy_tiles_avx2.hpp); without AVX2,
-// quant::dot per (row, token).
+// quant::dot per (row, token). (With AVX2 alone, cpu::matmul hands calls of
+// at least dequant_gemm_min_tokens tokens, of every block type, to the float
+// GEMM over dequantized panels instead: cpu/matmul.hpp, dequant_gemm.)
 // For the k-quants with AVX-512 VNNI, calls of at least
 // quant::kpanel_min_tokens<B> tokens (prefill) take 16-row panels packed
 // once per call against 8-token groups (kquant_panels below,
