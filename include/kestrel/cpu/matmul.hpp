@@ -37,6 +37,7 @@
 #include "kestrel/cpu/gemm.hpp"
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/quant/dequantize_fast.hpp"
 
 namespace kestrel::cpu {
 
@@ -158,15 +159,23 @@ inline constexpr std::size_t skinny_max_tokens = std::is_same_v<Wt, float> ? 16 
 /// batches.)
 ///
 /// The result is the float product of the weights' dequantized values
-/// (quant::dequantize_row, the values the file encodes) with X: closer to
+/// (quant::dequantize_row_fast, the values the file encodes) with X: closer to
 /// the exact product than the int8 path, which rounds X to 8 bits, and
 /// held by the tests to the float GEMM's bound against ref::matmul on the
 /// dequantized matrix. It is another rounding than decode's int8 kernels,
 /// so calls from dequant_gemm_min_tokens tokens on give a token other bits
 /// than a shorter call (as the VNNI prefill panels do from
 /// quant::kpanel_min_tokens).
+///
+/// From 96 tokens on: dequantizing and packing a panel costs about 0.5
+/// cycle per weight against 2 cycles per weight for every 32 tokens of
+/// FMAs, and the int8 tiles amortize their unpacking per 4 tokens. Measured
+/// on Zen 2 (TinyLlama shape, 2 threads, t/s int8 tiles / this, alternated):
+/// q4_0 32 tokens 75 / 57, 64 tokens 76 / 73, 96 tokens 77 / 82, 128
+/// tokens 77 / 84, 512 tokens 75 / 90; Q4_K_M 64 tokens 75 / 70, 128
+/// tokens 75 / 82.
 #define KESTREL_DEQUANT_GEMM 1
-inline constexpr std::size_t dequant_gemm_min_tokens = 32;
+inline constexpr std::size_t dequant_gemm_min_tokens = 96;
 
 /// Y = X W^T for a row-major block type (the x16 layouts are made only with
 /// VNNI); cols a positive multiple of the block size.
@@ -182,7 +191,8 @@ inline void dequant_gemm(const weight_view& w, const float* x, std::size_t n_tok
       for (std::size_t k0 = 0; k0 < cols; k0 += chunk) {
         const std::size_t kn = std::min(chunk, cols - k0);  // whole blocks: 256 and cols are multiples of qk
         for (std::size_t j = 0; j < n; ++j)
-          quant::dequantize_row(reinterpret_cast<const B*>(base + (r + j) * row_bytes) + k0 / qk, tmp + j * chunk, kn);
+          quant::dequantize_row_fast(reinterpret_cast<const B*>(base + (r + j) * row_bytes) + k0 / qk, tmp + j * chunk,
+                                     kn);
         gemm_pack_block(tmp, chunk, n, kn, panel + k0 * gemm_nr);
       }
     };
