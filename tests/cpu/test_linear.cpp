@@ -91,11 +91,12 @@ TEST_CASE("cpu: matmul == ref::matmul") {
   cpu::thread_pool pool2(2), pool4(4);
   struct shape { std::size_t rows, cols; };
   // (50, 4096): f16/bf16 weights take several converted tiles of 16 rows.
-  const shape shapes[] = {{1, 1}, {3, 5}, {16, 16}, {17, 33}, {64, 67}, {100, 129}, {129, 1000}, {50, 4096}};
+  const shape shapes[] = {{1, 1},     {3, 5},       {16, 16},   {17, 33}, {64, 67},
+                          {100, 129}, {129, 1000}, {50, 4096}, {5, 6500}};
   // 1..3: matvec and skinny tails; 7, 16, 17, 24, 25: both sides of the skinny / GEMM
   // thresholds (16 for f32, 24 for f16/bf16); 25 and 64: the GEMM's full
   // 8-token tiles and its 1- and 6-token tails (25, 30); cols 1000 and 4096 span
-  // several of its 128-column passes (AVX-512; AVX2 takes all columns in one).
+  // several of its 128-column passes (AVX-512), 6500 two of AVX2's 6144-column ones.
   for (dtype t : all_types)
     for (auto [rows, cols] : shapes)
       for (std::size_t n_tokens : {0, 1, 2, 3, 7, 16, 17, 24, 25, 30, 64}) {

@@ -44,44 +44,41 @@ inline constexpr std::size_t gemm_nr = 2 * simd::width;               // rows of
 // beat the extra reuse of each weight load.
 inline constexpr std::size_t gemm_mr = simd::width >= 16 ? 8 : 6;
 
+#if defined(__AVX512F__) || defined(__AVX2__)
+/// The packing's in-register transpose of a simd::width x simd::width block.
+#if defined(__AVX512F__)
+using pack_reg = __m512;
+inline void pack_transpose(pack_reg* r) noexcept { transpose16x16(r); }
+inline void pack_store(float* p, pack_reg v) noexcept { _mm512_store_ps(p, v); }
+#else
+using pack_reg = __m256;
+inline void pack_transpose(pack_reg* r) noexcept { transpose8x8(r); }
+inline void pack_store(float* p, pack_reg v) noexcept { _mm256_store_ps(p, v); }
+#endif
+#endif
+
 /// Packs n <= gemm_nr rows of w (cols values each, row i at w + i * ld) into
 /// panel[k * gemm_nr + j], converted to f32; the panel's rows past n are
-/// left as they are. With AVX-512, full 16 x 16 blocks go through registers
-/// (transpose16x16): the scalar scatter took ~8% of a TinyLlama-shape f16
-/// prefill.
+/// left as they are. With AVX-512 or AVX2, full W x W blocks go through
+/// registers (transpose16x16, transpose8x8): the scalar scatter took ~8% of
+/// a TinyLlama-shape f16 prefill on Zen 4, ~6% on Zen 2.
 template <class T>
 inline void gemm_pack_block(const T* w, std::size_t ld, std::size_t n, std::size_t cols, float* panel) noexcept {
   constexpr std::size_t W = simd::width;
-  std::size_t j = 0, k_done = 0;
-#if defined(__AVX512F__)
-  static_assert(W == 16 && gemm_nr == 32);
-  k_done = cols - cols % 16;
-  for (; j + 16 <= n; j += 16) {
-    const T* rows16 = w + j * ld;
-    for (std::size_t k = 0; k < k_done; k += 16) {
-      __m512 b[16];
-      for (std::size_t i = 0; i < 16; ++i) b[i] = load_f32(rows16 + i * ld + k);
-      transpose16x16(b);
-      for (std::size_t i = 0; i < 16; ++i) _mm512_store_ps(panel + (k + i) * gemm_nr + j, b[i]);
+  std::size_t j = 0;
+#if defined(__AVX512F__) || defined(__AVX2__)
+  static_assert(sizeof(pack_reg) == W * sizeof(float) && gemm_nr == 2 * W);
+  const std::size_t k_done = cols - cols % W;
+  for (; j + W <= n; j += W) {
+    const T* rows = w + j * ld;
+    for (std::size_t k = 0; k < k_done; k += W) {
+      pack_reg b[W];
+      for (std::size_t i = 0; i < W; ++i) b[i] = load_f32(rows + i * ld + k);
+      pack_transpose(b);
+      for (std::size_t i = 0; i < W; ++i) pack_store(panel + (k + i) * gemm_nr + j, b[i]);
     }
-    for (std::size_t i = 0; i < 16; ++i)
-      for (std::size_t k = k_done; k < cols; ++k) panel[k * gemm_nr + j + i] = to_float(rows16[i * ld + k]);
-  }
-#elif defined(__AVX2__)
-  // The same with 8 x 8 blocks (the scalar scatter took ~6% of a
-  // TinyLlama-shape f16 prefill on Zen 2).
-  static_assert(W == 8 && gemm_nr == 16);
-  k_done = cols - cols % 8;
-  for (; j + 8 <= n; j += 8) {
-    const T* rows8 = w + j * ld;
-    for (std::size_t k = 0; k < k_done; k += 8) {
-      __m256 b[8];
-      for (std::size_t i = 0; i < 8; ++i) b[i] = load_f32(rows8 + i * ld + k);
-      transpose8x8(b);
-      for (std::size_t i = 0; i < 8; ++i) _mm256_store_ps(panel + (k + i) * gemm_nr + j, b[i]);
-    }
-    for (std::size_t i = 0; i < 8; ++i)
-      for (std::size_t k = k_done; k < cols; ++k) panel[k * gemm_nr + j + i] = to_float(rows8[i * ld + k]);
+    for (std::size_t i = 0; i < W; ++i)
+      for (std::size_t k = k_done; k < cols; ++k) panel[k * gemm_nr + j + i] = to_float(rows[i * ld + k]);
   }
 #endif
   // The rest (rows of a partial block; every row without AVX2): convert W
@@ -96,7 +93,6 @@ inline void gemm_pack_block(const T* w, std::size_t ld, std::size_t n, std::size
     }
     for (; k < cols; ++k) panel[k * gemm_nr + j] = to_float(row[k]);
   }
-  (void)k_done;
 }
 
 /// Packs rows [r, r + n) (n <= gemm_nr) of w (rows of `cols`) into the
@@ -163,15 +159,16 @@ inline void gemm_tile_tail(std::size_t m, const float* panel, std::size_t k0, st
   }
 }
 
-/// Columns per pass over the token tiles (0: all of them in one pass).
-/// AVX-512: 128, so the panel's slice (kc x gemm_nr floats, 16 KiB) stays
-/// in L1 while every token tile meets it. AVX2: one pass. Measured on Zen 2
-/// (2 threads, TinyLlama-shape f32 pp512, alternated, t/s) with kc 128 /
-/// 256 / 512 / 1024 / all: 68 / 77 / 82 / 85 / 88; 110M f32 128 / all: 740
-/// / 870. Each pass ends with the tile's 12 accumulators stored to Y and
-/// reloaded by the next, which a 6-cycle step over 128 columns does not
-/// hide; the whole panel (cols x 64 bytes, 352 KiB at 5632) stays in L2.
-inline constexpr std::size_t gemm_kc = simd::width >= 16 ? 128 : 0;
+/// Columns per pass over the token tiles. AVX-512: 128, so the panel's
+/// slice (kc x gemm_nr floats, 16 KiB) stays in L1 while every token tile
+/// meets it. AVX2: 6144, so the slice (384 KiB) stays in a 512 KiB L2 and
+/// every matrix of TinyLlama's shape (at most 5632 columns) takes one pass.
+/// Measured on Zen 2 (2 threads, TinyLlama-shape f32 pp512, alternated,
+/// t/s) with kc 128 / 256 / 512 / 1024 / one pass: 68 / 77 / 82 / 85 / 88;
+/// 110M f32 128 / one pass: 740 / 870. Each pass ends with the tile's 12
+/// accumulators stored to Y and reloaded by the next, which a 6-cycle step
+/// over 128 columns does not hide.
+inline constexpr std::size_t gemm_kc = simd::width >= 16 ? 128 : 6144;
 
 /// Per-thread f32 scratch of n floats, 64-byte aligned (the GEMM's panels,
 /// the Eigen path's converted tiles); grows, never shrinks, so steady-state
@@ -195,9 +192,8 @@ inline void gemm_panels(Pack&& pack, std::size_t rows, std::size_t cols, const f
   for (std::size_t r = r0; r < r1; r += gemm_nr) {
     const std::size_t n = std::min(gemm_nr, r1 - r);
     pack(r, n, panel);
-    const std::size_t kc = gemm_kc == 0 ? cols : gemm_kc;
-    for (std::size_t k0 = 0; k0 < cols; k0 += kc) {
-      const std::size_t k1 = std::min(cols, k0 + kc);
+    for (std::size_t k0 = 0; k0 < cols; k0 += gemm_kc) {
+      const std::size_t k1 = std::min(cols, k0 + gemm_kc);
       std::size_t t = 0;
       for (; t + gemm_mr <= n_tokens; t += gemm_mr)
         gemm_tile<gemm_mr>(panel, k0, k1, x + t * cols, cols, y + t * rows + r, rows, n);
