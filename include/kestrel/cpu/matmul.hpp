@@ -154,9 +154,7 @@ inline constexpr std::size_t skinny_max_tokens = std::is_same_v<Wt, float> ? 16 
 /// also pay for the per-block scales and the activations' quantization,
 /// and reached 0.56-0.73 of the int8 peak; the float GEMM reaches about
 /// 0.9 of the f32 peak, and dequantizing a panel of 16 rows costs little
-/// against the hundreds of tokens that meet it. (llama.cpp's CUDA backend
-/// makes the same trade: dequantize to f16 and call cuBLAS for large
-/// batches.)
+/// against the hundreds of tokens that meet it.
 ///
 /// The result is the float product of the weights' dequantized values
 /// (quant::dequantize_row_fast, the values the file encodes) with X: closer to
@@ -167,9 +165,10 @@ inline constexpr std::size_t skinny_max_tokens = std::is_same_v<Wt, float> ? 16 
 /// than a shorter call (as the VNNI prefill panels do from
 /// quant::kpanel_min_tokens).
 ///
-/// From 96 tokens on: dequantizing and packing a panel costs about 0.5
-/// cycle per weight against 2 cycles per weight for every 32 tokens of
-/// FMAs, and the int8 tiles amortize their unpacking per 4 tokens. Measured
+/// From 96 tokens on: dequantizing and packing a panel costs about 1.3
+/// cycles per weight (from the 32- and 512-token rates below) against 2
+/// cycles per weight for every 32 tokens of FMAs, while the int8 tiles
+/// amortize their unpacking over 4 tokens. Measured
 /// on Zen 2 (TinyLlama shape, 2 threads, t/s int8 tiles / this, alternated):
 /// q4_0 32 tokens 75 / 57, 64 tokens 76 / 73, 96 tokens 77 / 82, 128
 /// tokens 77 / 84, 512 tokens 75 / 90; Q4_K_M 64 tokens 75 / 70, 128
