@@ -18,7 +18,8 @@ static const char* usage =
     "  --tokenizer FILE llama2.c tokenizer.bin (required for .bin models)\n"
     "  -f FILE          text to score\n"
     "  -c N             tokens per chunk (default 512); the second half of each chunk is scored\n"
-    "  -b N             tokens per forward call (default: the whole chunk; does not change the result)\n"
+    "  -b N             tokens per forward call (default: the whole chunk; changes the result only by\n"
+    "                   rounding: kernels are chosen by the number of tokens in a call)\n"
     "  --chunks N       score at most N chunks (default: all)\n"
     "  -t N             threads (default: all)\n";
 
