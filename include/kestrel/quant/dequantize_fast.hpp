@@ -78,12 +78,8 @@ inline void block(const block_q4_K& b, float* y) noexcept {
 }
 
 inline void block(const block_q6_K& b, float* y) noexcept {
-  float scale[16], min[16];
-  const float d = to_f32(b.d);
-  for (int g = 0; g < 16; ++g) {
-    scale[g] = d * static_cast<float>(b.scales[g]);  // as unpack(block_q6_K)
-    min[g] = 0.0f;
-  }
+  unpacked u;  // scales (and zero mins) only: unpack_k6_scales, as the twin
+  unpack_k6_scales(b, u);
   const __m256i low4 = _mm256_set1_epi8(0x0F), low2 = _mm256_set1_epi8(3), off = _mm256_set1_epi8(32);
   for (int r = 0; r < 256; r += 32) {
     const __m256i ql = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.ql + detail::byte6l(r)));
@@ -91,7 +87,7 @@ inline void block(const block_q6_K& b, float* y) noexcept {
     const __m256i lo = _mm256_and_si256(_mm256_srl_epi16(ql, _mm_cvtsi32_si128(detail::shift6l(r))), low4);
     const __m256i hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(detail::shift2(r))), low2);
     // hi <= 3, so the 16-bit shift keeps it in its byte
-    run32(_mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), off), scale, min, r, y);
+    run32(_mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), off), u.scale.data(), u.min.data(), r, y);
   }
 }
 

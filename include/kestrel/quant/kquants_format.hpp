@@ -225,12 +225,16 @@ inline void unpack(const block_q5_K& b, unpacked& u) {
   }
 }
 
-inline void unpack(const block_q6_K& b, unpacked& u) {
+inline void unpack_k6_scales(const block_q6_K& b, unpacked& u) {
   const float d = to_f32(b.d);
   for (int g = 0; g < 16; ++g) {
     u.scale[g] = d * static_cast<float>(b.scales[g]);
     u.min[g] = 0.0f;
   }
+}
+
+inline void unpack(const block_q6_K& b, unpacked& u) {
+  unpack_k6_scales(b, u);
   for (int r = 0; r < 256; r += 32) {
     const std::uint8_t* ql = b.ql + detail::byte6l(r);
     const std::uint8_t* qh = b.qh + detail::byte2(r);

@@ -32,11 +32,9 @@
 // gamma_(nb + 8) T quant::dot is held to.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 #include <utility>
 
