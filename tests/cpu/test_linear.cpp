@@ -311,10 +311,12 @@ TEST_CASE("cpu: k-quant matvec / matmul == scalar twins") {
 // The same matrix row-major and interleaved: the interleaved matmul /
 // matvec / fused forms within kquant_tol of the row-major scalar twin (the
 // x16 kernel's bound gamma_(nb+3) T is inside gamma_(2nb+6) T); the x16
-// scalar twin equal to the row-major twin bit for bit; below
-// kpanel_min_tokens every token's outputs the same whatever the token count
-// or thread count, from there on (prefill) equal to the row-major q4_K's
-// bit for bit; row_to_f32 equal.
+// scalar twin equal to the row-major twin bit for bit; every token's
+// outputs the same whatever the token count or thread count, except with
+// AVX-512 VNNI from kpanel_min_tokens on (prefill), where they equal the
+// row-major q4_K's bit for bit; from dequant_gemm_min_tokens on (AVX2
+// without VNNI) the float GEMM's bound (check_dequant_gemm); row_to_f32
+// equal.
 
 namespace {
 
@@ -340,13 +342,20 @@ void check_x16_linear(dtype row_major, dtype interleaved) {
   struct shape { std::size_t rows, cols; };
   const shape shapes[] = {{1, 256}, {5, 512}, {17, 1024}, {64, 2048}, {33, 4096}, {3, 4096}};
   for (auto [rows, cols] : shapes)
-    for (std::size_t n_tokens : {1, 2, 3, 5, 8, 17, 33, 61}) {
+    for (std::size_t n_tokens : {1, 2, 3, 5, 8, 17, 33, 61, 100}) {
       if (n_tokens == 61 && rows != 3) continue;  // 61 x 4096: past a token tile; the twin's share kept quick
       if (n_tokens == 33 && rows * cols > 64 * 1024) continue;
+      if (n_tokens == 100 && rows * cols > 17 * 1024 && rows != 3) continue;
       const auto seed = static_cast<std::uint32_t>(rows * 37 + cols + n_tokens);
       kquant_weight<B> w(row_major, rows, cols, seed);
       x16_weight<X> wx(w, interleaved);
       const auto x = random_floats(n_tokens * cols, seed + 5);
+      INFO(kestrel::name_of(interleaved) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
+      if (n_tokens >= cpu::detail::dequant_gemm_min_tokens) {
+        check_dequant_gemm(wx.view, x, n_tokens);
+        continue;
+      }
+      if (n_tokens == 100) continue;  // with VNNI: the int8 panels, whose tilings the cases above cover
       const std::size_t n = n_tokens * rows;
       std::vector<float> want(n), twin(n, -1.0f), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
       ref::matmul(w.view, x.data(), n_tokens, want.data(), nullptr);
@@ -354,22 +363,20 @@ void check_x16_linear(dtype row_major, dtype interleaved) {
       cpu::matmul(wx.view, x.data(), n_tokens, got.data(), nullptr);
       cpu::matmul(wx.view, x.data(), n_tokens, got2.data(), &pool2);
       cpu::matmul(wx.view, x.data(), n_tokens, got3.data(), &pool3);
-      INFO(kestrel::name_of(interleaved) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
       CHECK(twin == want);
       kestrel::test::check_within(got.data(), want.data(), kquant_tol(w, x, n_tokens), n);
       CHECK(got2 == got);
       CHECK(got3 == got);
-      if (n_tokens >= q::kpanel_min_tokens<B>) {
 #if defined(KESTREL_KQUANT_X16)
+      const bool prefill_panels = n_tokens >= q::kpanel_min_tokens<B>;
+#else
+      const bool prefill_panels = false;  // the AVX2 x16 kernel (or the twin) takes every token count
+#endif
+      if (prefill_panels) {
         // prefill: the row-major q4_K's panels, packed from x16: the same bits
         std::vector<float> row_major(n, -1.0f);
         cpu::matmul(w.view, x.data(), n_tokens, row_major.data(), &pool2);
         CHECK(got == row_major);
-#endif
-        // Without AVX-512 VNNI the x16 types take their scalar twin (the
-        // backend makes them only with VNNI) and the row-major type its AVX2
-        // kernel: both within kquant_tol of exact (checked above), not the
-        // same bits.
       } else {
         bool same = true;  // each token alone (matvec) gives the bits it gets among the others
         for (std::size_t t = 0; t < n_tokens; ++t) {

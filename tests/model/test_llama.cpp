@@ -362,10 +362,10 @@ TEST_CASE("q4_K and q6_K matrices copied at load are interleaved by 16 rows: the
     REQUIRE(file.output.type == type);
     llama_weights moved = file;
     cpu_backend(2).prepare_weights(moved);
-  #if defined(KESTREL_KQUANT_X16)
+  #if defined(KESTREL_X16_KERNEL)
     const dtype want_type = transparent_huge_pages() ? interleaved : type;
   #else
-    const dtype want_type = type;  // the interleaved kernels need AVX-512 VNNI
+    const dtype want_type = type;  // the interleaved kernels need AVX2 (or AVX-512 VNNI)
   #endif
     MESSAGE(name_of(type) << " matrices after prepare_weights: " << name_of(want_type));
     auto same_rows = [](const weight_view& a, const weight_view& b) {

@@ -266,27 +266,7 @@ TEST_CASE("kquants simd: n = 0 and n not a multiple of 256") {
   CHECK_THROWS_AS((void)q::ref::vec_dot(w.data(), a.data(), 300), kestrel::invalid_argument);
 }
 
-#if defined(KESTREL_KQUANT_PANEL)
 namespace {
-
-/// out[t * rows + r] for every row and token through the 16-row panels,
-/// rows x nb blocks of w, n_tokens x nb blocks of a; out has 16 extra
-/// entries past the last token that must stay untouched.
-template <class B>
-std::vector<float> panel_dots(const std::vector<B>& w, std::size_t rows, const q::block_q8_K* a, std::size_t n_tokens,
-                              std::size_t nb) {
-  namespace kp = q::detail::kp;
-  const std::size_t n_panels = (rows + 15) / 16;
-  std::vector<kp::kpanel_block> packed(n_panels * nb);
-  std::vector<float> out(n_tokens * rows + 16, -7.0f);
-  const auto* base = reinterpret_cast<const std::byte*>(w.data());
-  for (std::size_t p = 0; p < n_panels; ++p) {
-    const std::size_t nr = std::min<std::size_t>(16, rows - 16 * p);
-    kp::pack_kpanel<B>(base + 16 * p * nb * sizeof(B), nb * sizeof(B), nr, nb, packed.data() + p * nb);
-    kp::kpanel_tokens<B>(packed.data() + p * nb, nr, a, nb, n_tokens, out.data() + 16 * p, rows);
-  }
-  return out;
-}
 
 /// out = dots(a, n_tokens): out[t * rows + r] for every row and token, then
 /// 16 entries that must stay -7. Every output within gamma_(nb+3) T of exact
@@ -319,6 +299,30 @@ void check_tile_dots(const std::vector<B>& w, const std::vector<q::block_q8_K>& 
   bool tail_untouched = true;
   for (std::size_t i = n_tokens * rows; i < out.size(); ++i) tail_untouched = tail_untouched && out[i] == -7.0f;
   CHECK(tail_untouched);
+}
+
+}  // namespace
+
+#if defined(KESTREL_KQUANT_PANEL)
+namespace {
+
+/// out[t * rows + r] for every row and token through the 16-row panels,
+/// rows x nb blocks of w, n_tokens x nb blocks of a; out has 16 extra
+/// entries past the last token that must stay untouched.
+template <class B>
+std::vector<float> panel_dots(const std::vector<B>& w, std::size_t rows, const q::block_q8_K* a, std::size_t n_tokens,
+                              std::size_t nb) {
+  namespace kp = q::detail::kp;
+  const std::size_t n_panels = (rows + 15) / 16;
+  std::vector<kp::kpanel_block> packed(n_panels * nb);
+  std::vector<float> out(n_tokens * rows + 16, -7.0f);
+  const auto* base = reinterpret_cast<const std::byte*>(w.data());
+  for (std::size_t p = 0; p < n_panels; ++p) {
+    const std::size_t nr = std::min<std::size_t>(16, rows - 16 * p);
+    kp::pack_kpanel<B>(base + 16 * p * nb * sizeof(B), nb * sizeof(B), nr, nb, packed.data() + p * nb);
+    kp::kpanel_tokens<B>(packed.data() + p * nb, nr, a, nb, n_tokens, out.data() + 16 * p, rows);
+  }
+  return out;
 }
 
 template <class B>
@@ -423,7 +427,7 @@ TEST_CASE("x16 layouts: pack then unpack gives every row back bit for bit; paddi
   check_x16_roundtrip<q::block_q6_K_x16>("q6_K", 311);
 }
 
-#if defined(KESTREL_KQUANT_X16)
+#if defined(KESTREL_X16_KERNEL)
 namespace {
 
 template <class X>
@@ -480,6 +484,36 @@ TEST_CASE("x16 kernel: every row and token within the derived bound of exact and
   check_x16_kernel<q::block_q4_K_x16>("q4_K", 302);
   check_x16_kernel<q::block_q6_K_x16>("q6_K", 312);
 }
+
+#if defined(KESTREL_KQUANT_X16_AVX2)
+TEST_CASE("x16 dequantize_panel (AVX2): the float GEMM's panel, bit for bit dequantize_row of each row") {
+  auto check = [&]<class X>(const char* name, std::uint32_t seed) {
+    using B = typename q::x16_source<X>::type;
+    std::mt19937 rng(seed);
+    for (std::size_t nb : {1, 3})
+      for (std::size_t rows : {16, 5}) {
+        const auto w = random_blocks<B>(rows * nb, rng);
+        const auto packed = pack_rows<X>(w, rows, nb);
+        std::vector<float> panel(16 * nb * q::qk_k, -7.0f);
+        q::detail::x16::dequantize_panel(packed.data(), nb, panel.data());
+        bool same = true, pad_zero = true;
+        std::vector<float> row(nb * q::qk_k);
+        for (std::size_t r = 0; r < 16; ++r) {
+          if (r < rows) q::dequantize_row(w.data() + r * nb, row.data(), row.size());
+          for (std::size_t k = 0; k < row.size(); ++k) {
+            if (r < rows) same = same && std::memcmp(&panel[k * 16 + r], &row[k], sizeof(float)) == 0;
+            else pad_zero = pad_zero && panel[k * 16 + r] == 0.0f;
+          }
+        }
+        INFO(name << " nb " << nb << " rows " << rows);
+        CHECK(same);
+        CHECK(pad_zero);  // a padding row (d = 0) dequantizes to zeros
+      }
+  };
+  check.template operator()<q::block_q4_K_x16>("q4_K", 303);
+  check.template operator()<q::block_q6_K_x16>("q6_K", 313);
+}
+#endif
 
 TEST_CASE("x16 kernel: the largest integer sums") {
   for_each_extreme([&]<class B>(const char* name, const extreme_case& e) {

@@ -305,6 +305,8 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
         });
     return;
   }
+#endif
+#if defined(KESTREL_X16_KERNEL)
   if (!reference) {
     parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
       for (std::size_t p = p0; p < p1; ++p)

@@ -200,7 +200,7 @@ class cpu_backend {
  private:
   /// The type a matrix gets in prepare_weights' copy.
   static dtype copy_type(const weight_view& v) noexcept {
-#if defined(KESTREL_KQUANT_X16)
+#if defined(KESTREL_X16_KERNEL)
     if (v.type == dtype::q4_k) return dtype::q4_k_x16;
     if (v.type == dtype::q6_k) return dtype::q6_k_x16;
 #endif
@@ -230,7 +230,7 @@ class cpu_backend {
   /// inside each run; the pages a run boundary cuts go back with the whole
   /// mappings at the end of prepare_weights).
   void interleave([[maybe_unused]] const weight_view& v, [[maybe_unused]] std::byte* dst) {
-#if defined(KESTREL_KQUANT_X16)
+#if defined(KESTREL_X16_KERNEL)
     auto run = [&]<class X>(X* out) {
       const auto* src = static_cast<const std::byte*>(v.data);
       const std::size_t row_bytes = v.row_bytes(), n_panels = (v.rows + 15) / 16;

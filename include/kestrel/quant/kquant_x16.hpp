@@ -65,6 +65,12 @@
 #if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VNNI__) && defined(__AVX512VL__)
 #include <immintrin.h>
 #define KESTREL_KQUANT_X16 1
+#elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#define KESTREL_KQUANT_X16_AVX2 1  // the kernels of quant/kquant_x16_avx2.hpp
+#endif
+#if defined(KESTREL_KQUANT_X16) || defined(KESTREL_KQUANT_X16_AVX2)
+// detail::x16::x16_tokens exists: cpu_backend interleaves q4_K and q6_K at load.
+#define KESTREL_X16_KERNEL 1
 #endif
 
 namespace kestrel::quant {
@@ -264,6 +270,19 @@ inline void dequantize_x16_row(const X* panel, std::size_t r, std::size_t nb, fl
   }
 }
 
+namespace detail::x16 {
+/// The int16 pairs (bsum_4j + bsum_4j+1, bsum_4j+2 + bsum_4j+3), j < 4, of a
+/// q8_K block: sub-blocks 2j and 2j + 1's activation sums, as vpdpwssd
+/// meets them with the mins (|sum| <= 32 * 128, an int16).
+inline void bsum_pairs(const block_q8_K& a, std::int32_t* out) noexcept {
+  for (int j = 0; j < 4; ++j) {
+    const std::int16_t p[2] = {static_cast<std::int16_t>(a.bsums[4 * j] + a.bsums[4 * j + 1]),
+                               static_cast<std::int16_t>(a.bsums[4 * j + 2] + a.bsums[4 * j + 3])};
+    std::memcpy(out + j, p, 4);
+  }
+}
+}  // namespace detail::x16
+
 #if defined(KESTREL_KQUANT_X16)
 namespace detail::x16 {
 
@@ -299,17 +318,6 @@ inline k4_scales unpack_scales(const block_q4_K_x16& b) noexcept {
   s.sc[1] = _mm512_ternarylogic_epi32(c, m0f, _mm512_and_si512(_mm512_srli_epi32(a, 2), m30), 0xEA);
   s.mn[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(c, 4), m0f, _mm512_and_si512(_mm512_srli_epi32(bw, 2), m30), 0xEA);
   return s;
-}
-
-/// The int16 pairs (bsum_4j + bsum_4j+1, bsum_4j+2 + bsum_4j+3), j < 4, of a
-/// q8_K block: sub-blocks 2j and 2j + 1's activation sums, as vpdpwssd
-/// meets them with the mins (|sum| <= 32 * 128, an int16).
-inline void bsum_pairs(const block_q8_K& a, std::int32_t* out) noexcept {
-  for (int j = 0; j < 4; ++j) {
-    const std::int16_t p[2] = {static_cast<std::int16_t>(a.bsums[4 * j] + a.bsums[4 * j + 1]),
-                               static_cast<std::int16_t>(a.bsums[4 * j + 2] + a.bsums[4 * j + 3])};
-    std::memcpy(out + j, p, 4);
-  }
 }
 
 /// Blocks ahead of the one in use that x16_group asks into L2: a panel's
@@ -497,3 +505,5 @@ inline void pack_kpanel(const block_q6_K_x16* p, std::size_t nb, kp::kpanel_bloc
 #endif
 
 }  // namespace kestrel::quant
+
+#include "kestrel/quant/kquant_x16_avx2.hpp"

@@ -1,0 +1,292 @@
+// kestrel/quant/kquant_x16_avx2.hpp: the x16 layouts' kernels with AVX2 and
+// without AVX-512 VNNI (included by kquant_x16.hpp, which defines the
+// layouts; its header comment describes them and the arithmetic):
+//
+//   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // as the VNNI kernel
+//   quant::detail::x16::dequantize_panel(panel, nb, dst);   // 16 rows as the float GEMM's panel
+//
+// Why: the row-major q4_K kernel (quant/kquants.hpp) spends per 32 weights
+// of one row a vpmaddubsw, a vpmaddwd that applies the sub-block's scale and
+// a shuffle that broadcasts it; on Zen 2 all integer multiplies issue on one
+// pipe, and the dot ran at 8.4 ns per 256 weights (17 GB/s a core), so
+// TinyLlama Q4_K_M decode stayed at 0.81-0.88 of the bandwidth bound. With
+// a row per 32-bit lane (8 rows per register, two registers per panel) the
+// codes stay packed as the VNNI kernel reads them, one 4-byte broadcast of
+// the activations meets 8 rows, and a sub-block's 8 vpmaddubsw (4 loads of
+// 8 rows x 8 codes, low and high nibbles) are summed in int16 before ONE
+// vpmaddwd applies the 8 rows' scales: 9 multiplies per 256 products instead
+// of 16, and one scale shuffle per 8 rows instead of per row.
+//
+// int16 bounds (a_i in [-128, 127]): q4_K, one vpmaddubsw lane <= 2 * 15 *
+// 128 = 3840, a sub-block's 8 summed <= 30720 < 32767. q6_K (codes <= 63):
+// one lane <= 2 * 63 * 128 = 16128, so two are summed (<= 32256) per
+// vpmaddwd, four vpmaddwd per 32 values; the code offset 32 comes off as
+// 32 sum_g sc_g bsum_g (as in kquants.hpp), one vpmaddwd per two sub-blocks.
+//
+// Bits: S and C are the same exact integers as the VNNI kernel's, and they
+// meet the floats in the same operations (acc = fma(d d8, float(S), acc),
+// accm = fma(dmin (-d8), float(C), accm), acc + accm), so both ISAs give the
+// same bits. dequantize_panel gives dequantize_row's bits (the product
+// scale * q is exact, as in quant/dequantize_fast.hpp).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kestrel/quant/kquant_x16.hpp"
+
+#if defined(KESTREL_KQUANT_X16_AVX2)
+#include <immintrin.h>
+
+namespace kestrel::quant::detail::x16 {
+
+/// Tokens per pass over a panel's codes: per token and 8-row half an int16
+/// sum, an int32 total and two float chains; 2 tokens keep the hot ones
+/// (8) with the codes in the 16 ymm registers.
+inline constexpr std::size_t token_group = 2;
+
+/// vpshufb controls, per 32-bit lane d of each 128-bit half: byte 4d + k
+/// zero-extended into both of its int16 halves (dup), or bytes 4d + k and
+/// 4d + k + 1 each zero-extended to int16 (pair).
+inline __m256i ctrl_dup(int k) noexcept {
+  auto c = [k](int d) { return static_cast<int>(0x80008000u | static_cast<unsigned>(4 * d + k) | static_cast<unsigned>(4 * d + k) << 16); };
+  return _mm256_setr_epi32(c(0), c(1), c(2), c(3), c(0), c(1), c(2), c(3));
+}
+inline __m256i ctrl_pair(int k) noexcept {
+  auto c = [k](int d) { return static_cast<int>(0x80008000u | static_cast<unsigned>(4 * d + k) | static_cast<unsigned>(4 * d + k + 1) << 16); };
+  return _mm256_setr_epi32(c(0), c(1), c(2), c(3), c(0), c(1), c(2), c(3));
+}
+
+inline __m256i load8(const void* p) noexcept { return _mm256_load_si256(static_cast<const __m256i*>(p)); }
+inline __m256i bcast4(const std::int8_t* p) noexcept {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+inline __m256 halfs(const f16* p) noexcept {
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+/// The 6-bit scales (sc) or mins (mn) of rows 8h .. 8h + 7 of a q4_K x16
+/// block, lane r = row 8h + r: v[0] byte k = sub-block k's, v[1] byte k =
+/// sub-block 4 + k's (kquants.hpp's scales_k4, 8 rows at once).
+struct k4_half {
+  __m256i v[2];
+};
+inline k4_half unpack_scales(const block_q4_K_x16& b, int h) noexcept {
+  const __m256i a = load8(b.scales[0] + 8 * h), c = load8(b.scales[2] + 8 * h);
+  const __m256i m3f = _mm256_set1_epi8(0x3f), m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  // the top two bits of each byte of a to bits 4, 5 (a 32-bit shift: the
+  // bits it moves across bytes land outside 0x30)
+  return {{_mm256_and_si256(a, m3f),
+           _mm256_or_si256(_mm256_and_si256(c, m0f), _mm256_and_si256(_mm256_srli_epi32(a, 2), m30))}};
+}
+inline k4_half unpack_mins(const block_q4_K_x16& b, int h) noexcept {
+  const __m256i bw = load8(b.scales[1] + 8 * h), c = load8(b.scales[2] + 8 * h);
+  const __m256i m3f = _mm256_set1_epi8(0x3f), m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  return {{_mm256_and_si256(bw, m3f),
+           _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(c, 4), m0f),
+                           _mm256_and_si256(_mm256_srli_epi32(bw, 2), m30))}};
+}
+
+/// q6_K's full 6-bit codes of one load of ql (8 rows): values 4g + j (lo)
+/// and 16 + 4g + j (hi) of the unit, the high bits from bits 2g, 2g + 1 of
+/// the unit's two qh loads (moved to bits 4, 5; the bits a 16-bit shift
+/// brings in from the next byte fall outside 0x30).
+inline void q6_codes(__m256i ql, __m256i qh0, __m256i qh1, int g, __m256i& lo, __m256i& hi) noexcept {
+  const __m256i m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  auto to_bit4 = [g](__m256i v) {
+    switch (g) {
+      case 0: return _mm256_slli_epi16(v, 4);
+      case 1: return _mm256_slli_epi16(v, 2);
+      case 2: return v;
+      default: return _mm256_srli_epi16(v, 2);
+    }
+  };
+  lo = _mm256_or_si256(_mm256_and_si256(ql, m0f), _mm256_and_si256(to_bit4(qh0), m30));
+  hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m0f), _mm256_and_si256(to_bit4(qh1), m30));
+}
+
+/// Lane r: the int16 pair (s, s) of the int8 scales p[0..8), sign-extended.
+inline __m256i scale_dup(const std::int8_t* p) noexcept {
+  const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
+}
+
+/// acc[2t + h] (lane r = row 8h + r) = the dot of that row with token t <
+/// NT over blocks [0, nb) (the arithmetic in the header).
+template <class X, std::size_t NT>
+inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m256* acc) noexcept {
+  constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>;
+  __m256 accm[2 * NT];
+  for (std::size_t i = 0; i < 2 * NT; ++i) acc[i] = accm[i] = _mm256_setzero_ps();
+  const __m256i m0f = _mm256_set1_epi8(0x0f);
+  for (std::size_t b = 0; b < nb; ++b) {
+    const X& pb = p[b];
+    __m256i tot[2 * NT];
+    for (std::size_t i = 0; i < 2 * NT; ++i) tot[i] = _mm256_setzero_si256();
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (q6) {
+        for (int u = 0; u < 8; ++u) {
+          const __m256i qh0 = load8(pb.qh[u][0] + 8 * h), qh1 = load8(pb.qh[u][1] + 8 * h);
+          const __m256i sc0 = scale_dup(pb.scales[u][0] + 8 * h), sc1 = scale_dup(pb.scales[u][1] + 8 * h);
+          for (int g = 0; g < 4; g += 2) {
+            __m256i lo0, hi0, lo1, hi1;
+            q6_codes(load8(pb.ql[u][g] + 8 * h), qh0, qh1, g, lo0, hi0);
+            q6_codes(load8(pb.ql[u][g + 1] + 8 * h), qh0, qh1, g + 1, lo1, hi1);
+            for (std::size_t t = 0; t < NT; ++t) {
+              const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+              const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, bcast4(q)), _mm256_maddubs_epi16(lo1, bcast4(q + 4)));
+              const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, bcast4(q + 16)), _mm256_maddubs_epi16(hi1, bcast4(q + 20)));
+              tot[2 * t + h] = _mm256_add_epi32(tot[2 * t + h], _mm256_add_epi32(_mm256_madd_epi16(s0, sc0), _mm256_madd_epi16(s1, sc1)));
+            }
+          }
+        }
+      } else {
+        const k4_half sc = unpack_scales(pb, h);
+        for (int u = 0; u < 8; ++u) {
+          __m256i s[NT];
+          for (std::size_t t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
+          for (int g = 0; g < 4; ++g) {
+            const __m256i codes = load8(pb.qs[u][g] + 8 * h);
+            const __m256i lo = _mm256_and_si256(codes, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), m0f);
+            for (std::size_t t = 0; t < NT; ++t) {
+              const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+              s[t] = _mm256_add_epi16(s[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q)), _mm256_maddubs_epi16(hi, bcast4(q + 16))));
+            }
+          }
+          const __m256i scu = _mm256_shuffle_epi8(sc.v[u / 4], ctrl_dup(u % 4));
+          for (std::size_t t = 0; t < NT; ++t) tot[2 * t + h] = _mm256_add_epi32(tot[2 * t + h], _mm256_madd_epi16(s[t], scu));
+        }
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = halfs(pb.d + 8 * h);
+      if constexpr (q6) {
+        // the code offset: tot -= 32 sum_k sc_k bsum_k, sub-blocks k in pairs
+        __m256i scp[8];
+        for (int u = 0; u < 8; ++u) {
+          const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][0] + 8 * h));
+          const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][1] + 8 * h));
+          scp[u] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane r: (sc_2u, sc_2u+1)
+        }
+        for (std::size_t t = 0; t < NT; ++t) {
+          const block_q8_K& ab = a[t * stride + b];
+          __m256i corr = _mm256_setzero_si256();
+          for (int u = 0; u < 8; ++u) {
+            std::int32_t pair;
+            std::memcpy(&pair, ab.bsums + 2 * u, 4);
+            corr = _mm256_add_epi32(corr, _mm256_madd_epi16(scp[u], _mm256_set1_epi32(pair)));
+          }
+          const __m256i s = _mm256_sub_epi32(tot[2 * t + h], _mm256_slli_epi32(corr, 5));
+          acc[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(s), acc[2 * t + h]);
+        }
+      } else {
+        const __m256 dmin = halfs(pb.dmin + 8 * h);
+        const k4_half mn = unpack_mins(pb, h);
+        __m256i mins[4];
+        for (int j = 0; j < 4; ++j) mins[j] = _mm256_shuffle_epi8(mn.v[j / 2], ctrl_pair(2 * (j % 2)));  // (m_2j, m_2j+1)
+        for (std::size_t t = 0; t < NT; ++t) {
+          const block_q8_K& ab = a[t * stride + b];
+          alignas(16) std::int32_t pairs[4];
+          bsum_pairs(ab, pairs);
+          __m256i corr = _mm256_setzero_si256();
+          for (int j = 0; j < 4; ++j) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mins[j], _mm256_set1_epi32(pairs[j])));
+          accm[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_set1_ps(-ab.d)), _mm256_cvtepi32_ps(corr), accm[2 * t + h]);
+          acc[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(tot[2 * t + h]), acc[2 * t + h]);
+        }
+      }
+    }
+  }
+  if constexpr (!q6)
+    for (std::size_t i = 0; i < 2 * NT; ++i) acc[i] = _mm256_add_ps(acc[i], accm[i]);
+}
+
+/// A panel (nb x16 blocks, n_rows valid rows) against tokens [0, n_tokens)
+/// (nb q8_K blocks each, consecutive) in groups of token_group (then 1):
+/// out[t * out_stride + r] for r < n_rows.
+template <class X>
+inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std::size_t nb, std::size_t n_tokens,
+                       float* out, std::size_t out_stride) noexcept {
+  for_token_groups<token_group>(n_tokens, [&]<std::size_t NT>(std::size_t t) {
+    __m256 acc[2 * NT];
+    x16_group<X, NT>(p, a + t * nb, nb, nb, acc);
+    for (std::size_t i = 0; i < NT; ++i) {
+      float* o = out + (t + i) * out_stride;
+      if (n_rows >= 16) {
+        _mm256_storeu_ps(o, acc[2 * i]);
+        _mm256_storeu_ps(o + 8, acc[2 * i + 1]);
+      } else {
+        alignas(32) float tmp[16];
+        _mm256_store_ps(tmp, acc[2 * i]);
+        _mm256_store_ps(tmp + 8, acc[2 * i + 1]);
+        std::memcpy(o, tmp, n_rows * sizeof(float));
+      }
+    }
+  });
+}
+
+/// Lane r: byte k of lane r of v (k < 4), as an int32.
+inline __m256i lane_byte(__m256i v, int k) noexcept { return _mm256_and_si256(_mm256_srli_epi32(v, 8 * k), _mm256_set1_epi32(0xff)); }
+
+/// The nb blocks of a q4_K x16 panel as the float GEMM's panel
+/// (cpu/gemm.hpp): dst[k * 16 + r] = value k of row r, k < 256 nb,
+/// dequantize_row's bits (scale = d sc, min = dmin m, value scale q - min).
+inline void dequantize_panel(const block_q4_K_x16* p, std::size_t nb, float* dst) noexcept {
+  const __m256i m0f = _mm256_set1_epi32(0x0f);
+  for (std::size_t b = 0; b < nb; ++b, dst += 16 * qk_k) {
+    const block_q4_K_x16& x = p[b];
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = halfs(x.d + 8 * h), dmin = halfs(x.dmin + 8 * h);
+      const k4_half sc = unpack_scales(x, h), mn = unpack_mins(x, h);
+      for (int u = 0; u < 8; ++u) {
+        const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(lane_byte(sc.v[u / 4], u % 4)));
+        const __m256 min = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(lane_byte(mn.v[u / 4], u % 4)));
+        for (int g = 0; g < 4; ++g) {
+          const __m256i codes = load8(x.qs[u][g] + 8 * h);
+          float* o = dst + (32 * u + 4 * g) * 16 + 8 * h;
+          for (int j = 0; j < 4; ++j) {
+            const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(codes, 8 * j), m0f);
+            const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(codes, 8 * j + 4), m0f);
+            _mm256_storeu_ps(o + j * 16, _mm256_sub_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(lo)), min));
+            _mm256_storeu_ps(o + (16 + j) * 16, _mm256_sub_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(hi)), min));
+          }
+        }
+      }
+    }
+  }
+}
+
+/// As above, for q6_K (value scale (code - 32), no min).
+inline void dequantize_panel(const block_q6_K_x16* p, std::size_t nb, float* dst) noexcept {
+  const __m256i m0f = _mm256_set1_epi32(0x0f), m3 = _mm256_set1_epi32(3), off = _mm256_set1_epi32(32);
+  for (std::size_t b = 0; b < nb; ++b, dst += 16 * qk_k) {
+    const block_q6_K_x16& x = p[b];
+    for (int h = 0; h < 2; ++h) {
+      const __m256 d = halfs(x.d + 8 * h);
+      for (int u = 0; u < 8; ++u) {
+        const __m256i qh0 = load8(x.qh[u][0] + 8 * h), qh1 = load8(x.qh[u][1] + 8 * h);
+        const __m256 s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales[u][0] + 8 * h)))));
+        const __m256 s1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales[u][1] + 8 * h)))));
+        for (int g = 0; g < 4; ++g) {
+          const __m256i ql = load8(x.ql[u][g] + 8 * h);
+          float* o = dst + (32 * u + 4 * g) * 16 + 8 * h;
+          for (int j = 0; j < 4; ++j) {
+            auto code = [&](__m256i low, __m256i high) {
+              const __m256i l = _mm256_and_si256(low, m0f);
+              const __m256i hb = _mm256_and_si256(_mm256_srli_epi32(high, 8 * j + 2 * g), m3);
+              return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(l, _mm256_slli_epi32(hb, 4)), off));
+            };
+            _mm256_storeu_ps(o + j * 16, _mm256_mul_ps(s0, code(_mm256_srli_epi32(ql, 8 * j), qh0)));
+            _mm256_storeu_ps(o + (16 + j) * 16, _mm256_mul_ps(s1, code(_mm256_srli_epi32(ql, 8 * j + 4), qh1)));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace detail::x16
+#endif
