@@ -163,7 +163,7 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
         // cpu_backend places a file's (dtype::q4_k_x16 / q6_k_x16, quant/kquant_x16.hpp)
         std::vector<std::byte> x16_bytes;
         kestrel::weight_view x16_view;
-#if defined(KESTREL_KQUANT_X16)
+#if defined(KESTREL_X16_KERNEL)
         auto make_x16 = [&]<class X>(kestrel::dtype xt) {
           const std::size_t n_panels = (R + 15) / 16;
           x16_bytes.resize(n_panels * (C / X::values) * sizeof(X) + 64);

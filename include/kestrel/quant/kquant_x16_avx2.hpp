@@ -115,6 +115,30 @@ inline __m256i scale_dup(const std::int8_t* p) noexcept {
   return _mm256_blend_epi16(v, _mm256_slli_epi32(v, 16), 0xAA);
 }
 
+/// Per block, the vpmaddwd operands that apply the sub-block scales to
+/// rows 8h .. 8h + 7 (lane r: the int16 pair (sc, sc)), made once and
+/// stored: the sub-block loop reads them from L1 rather than holding them in
+/// registers (AVX2 has 16), and stays a loop (GCC fully unrolled it spills
+/// the activations' broadcasts).
+inline void scale_pairs(const block_q4_K_x16& b, __m256i (*out)[2]) noexcept {
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    const k4_half sc = unpack_scales(b, h);
+#pragma GCC unroll 8
+    for (int u = 0; u < 8; ++u) out[u][h] = _mm256_shuffle_epi8(sc.v[u / 4], ctrl_dup(u % 4));
+  }
+}
+/// q6_K: out[2u + i][h] for sub-block 2u + i (values 32u + 16i .. + 15).
+inline void scale_pairs(const block_q6_K_x16& b, __m256i (*out)[2]) noexcept {
+#pragma GCC unroll 8
+  for (int u = 0; u < 8; ++u)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      out[2 * u][h] = scale_dup(b.scales[u][0] + 8 * h);
+      out[2 * u + 1][h] = scale_dup(b.scales[u][1] + 8 * h);
+    }
+}
+
 /// acc[2t + h] (lane r = row 8h + r) = the dot of that row with token t <
 /// NT over blocks [0, nb) (the arithmetic in the header).
 template <class X, std::size_t NT>
@@ -125,77 +149,94 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
   const __m256i m0f = _mm256_set1_epi8(0x0f);
   for (std::size_t b = 0; b < nb; ++b) {
     const X& pb = p[b];
-    __m256i tot[2 * NT];
-    for (std::size_t i = 0; i < 2 * NT; ++i) tot[i] = _mm256_setzero_si256();
-    for (int h = 0; h < 2; ++h) {
+    __m256i scp[q6 ? 16 : 8][2];
+    scale_pairs(pb, scp);
+    __m256i tot[NT][2];
+    for (std::size_t t = 0; t < NT; ++t) tot[t][0] = tot[t][1] = _mm256_setzero_si256();
+    for (int u = 0; u < 8; ++u) {
       if constexpr (q6) {
-        for (int u = 0; u < 8; ++u) {
-          const __m256i qh0 = load8(pb.qh[u][0] + 8 * h), qh1 = load8(pb.qh[u][1] + 8 * h);
-          const __m256i sc0 = scale_dup(pb.scales[u][0] + 8 * h), sc1 = scale_dup(pb.scales[u][1] + 8 * h);
-          for (int g = 0; g < 4; g += 2) {
+#pragma GCC unroll 2
+        for (int g = 0; g < 4; g += 2) {
+          __m256i a4[NT][4];  // values 4g, 4g + 4, 16 + 4g, 20 + 4g of the unit, 4 bytes each
+          for (std::size_t t = 0; t < NT; ++t) {
+            const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+            a4[t][0] = bcast4(q), a4[t][1] = bcast4(q + 4), a4[t][2] = bcast4(q + 16), a4[t][3] = bcast4(q + 20);
+          }
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
+            const __m256i qh0 = load8(pb.qh[u][0] + 8 * h), qh1 = load8(pb.qh[u][1] + 8 * h);
             __m256i lo0, hi0, lo1, hi1;
             q6_codes(load8(pb.ql[u][g] + 8 * h), qh0, qh1, g, lo0, hi0);
             q6_codes(load8(pb.ql[u][g + 1] + 8 * h), qh0, qh1, g + 1, lo1, hi1);
             for (std::size_t t = 0; t < NT; ++t) {
-              const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
-              const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, bcast4(q)), _mm256_maddubs_epi16(lo1, bcast4(q + 4)));
-              const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, bcast4(q + 16)), _mm256_maddubs_epi16(hi1, bcast4(q + 20)));
-              tot[2 * t + h] = _mm256_add_epi32(tot[2 * t + h], _mm256_add_epi32(_mm256_madd_epi16(s0, sc0), _mm256_madd_epi16(s1, sc1)));
+              const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, a4[t][0]), _mm256_maddubs_epi16(lo1, a4[t][1]));
+              const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, a4[t][2]), _mm256_maddubs_epi16(hi1, a4[t][3]));
+              tot[t][h] = _mm256_add_epi32(tot[t][h], _mm256_add_epi32(_mm256_madd_epi16(s0, scp[2 * u][h]),
+                                                                       _mm256_madd_epi16(s1, scp[2 * u + 1][h])));
             }
           }
         }
       } else {
-        const k4_half sc = unpack_scales(pb, h);
-        for (int u = 0; u < 8; ++u) {
-          __m256i s[NT];
-          for (std::size_t t = 0; t < NT; ++t) s[t] = _mm256_setzero_si256();
-          for (int g = 0; g < 4; ++g) {
+        __m256i s[NT][2];
+        for (std::size_t t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          __m256i alo[NT], ahi[NT];
+          for (std::size_t t = 0; t < NT; ++t) {
+            const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+            alo[t] = bcast4(q), ahi[t] = bcast4(q + 16);
+          }
+#pragma GCC unroll 2
+          for (int h = 0; h < 2; ++h) {
             const __m256i codes = load8(pb.qs[u][g] + 8 * h);
             const __m256i lo = _mm256_and_si256(codes, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), m0f);
-            for (std::size_t t = 0; t < NT; ++t) {
-              const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
-              s[t] = _mm256_add_epi16(s[t], _mm256_add_epi16(_mm256_maddubs_epi16(lo, bcast4(q)), _mm256_maddubs_epi16(hi, bcast4(q + 16))));
-            }
+            for (std::size_t t = 0; t < NT; ++t)
+              s[t][h] = _mm256_add_epi16(s[t][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]), _mm256_maddubs_epi16(hi, ahi[t])));
           }
-          const __m256i scu = _mm256_shuffle_epi8(sc.v[u / 4], ctrl_dup(u % 4));
-          for (std::size_t t = 0; t < NT; ++t) tot[2 * t + h] = _mm256_add_epi32(tot[2 * t + h], _mm256_madd_epi16(s[t], scu));
         }
+        for (std::size_t t = 0; t < NT; ++t)
+          for (int h = 0; h < 2; ++h) tot[t][h] = _mm256_add_epi32(tot[t][h], _mm256_madd_epi16(s[t][h], scp[u][h]));
       }
     }
+#pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m256 d = halfs(pb.d + 8 * h);
       if constexpr (q6) {
         // the code offset: tot -= 32 sum_k sc_k bsum_k, sub-blocks k in pairs
-        __m256i scp[8];
+        __m256i scp2[8];
+#pragma GCC unroll 8
         for (int u = 0; u < 8; ++u) {
           const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][0] + 8 * h));
           const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][1] + 8 * h));
-          scp[u] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane r: (sc_2u, sc_2u+1)
+          scp2[u] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane r: (sc_2u, sc_2u+1)
         }
         for (std::size_t t = 0; t < NT; ++t) {
           const block_q8_K& ab = a[t * stride + b];
           __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 8
           for (int u = 0; u < 8; ++u) {
             std::int32_t pair;
             std::memcpy(&pair, ab.bsums + 2 * u, 4);
-            corr = _mm256_add_epi32(corr, _mm256_madd_epi16(scp[u], _mm256_set1_epi32(pair)));
+            corr = _mm256_add_epi32(corr, _mm256_madd_epi16(scp2[u], _mm256_set1_epi32(pair)));
           }
-          const __m256i s = _mm256_sub_epi32(tot[2 * t + h], _mm256_slli_epi32(corr, 5));
-          acc[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(s), acc[2 * t + h]);
+          const __m256i st = _mm256_sub_epi32(tot[t][h], _mm256_slli_epi32(corr, 5));
+          acc[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(st), acc[2 * t + h]);
         }
       } else {
         const __m256 dmin = halfs(pb.dmin + 8 * h);
         const k4_half mn = unpack_mins(pb, h);
         __m256i mins[4];
+#pragma GCC unroll 4
         for (int j = 0; j < 4; ++j) mins[j] = _mm256_shuffle_epi8(mn.v[j / 2], ctrl_pair(2 * (j % 2)));  // (m_2j, m_2j+1)
         for (std::size_t t = 0; t < NT; ++t) {
           const block_q8_K& ab = a[t * stride + b];
           alignas(16) std::int32_t pairs[4];
           bsum_pairs(ab, pairs);
           __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 4
           for (int j = 0; j < 4; ++j) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mins[j], _mm256_set1_epi32(pairs[j])));
           accm[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_set1_ps(-ab.d)), _mm256_cvtepi32_ps(corr), accm[2 * t + h]);
-          acc[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(tot[2 * t + h]), acc[2 * t + h]);
+          acc[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(tot[t][h]), acc[2 * t + h]);
         }
       }
     }
@@ -238,15 +279,19 @@ inline void dequantize_panel(const block_q4_K_x16* p, std::size_t nb, float* dst
   const __m256i m0f = _mm256_set1_epi32(0x0f);
   for (std::size_t b = 0; b < nb; ++b, dst += 16 * qk_k) {
     const block_q4_K_x16& x = p[b];
+    #pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m256 d = halfs(x.d + 8 * h), dmin = halfs(x.dmin + 8 * h);
       const k4_half sc = unpack_scales(x, h), mn = unpack_mins(x, h);
+      #pragma GCC unroll 8
       for (int u = 0; u < 8; ++u) {
         const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(lane_byte(sc.v[u / 4], u % 4)));
         const __m256 min = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(lane_byte(mn.v[u / 4], u % 4)));
+        #pragma GCC unroll 8
         for (int g = 0; g < 4; ++g) {
           const __m256i codes = load8(x.qs[u][g] + 8 * h);
           float* o = dst + (32 * u + 4 * g) * 16 + 8 * h;
+          #pragma GCC unroll 8
           for (int j = 0; j < 4; ++j) {
             const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(codes, 8 * j), m0f);
             const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(codes, 8 * j + 4), m0f);
@@ -264,15 +309,19 @@ inline void dequantize_panel(const block_q6_K_x16* p, std::size_t nb, float* dst
   const __m256i m0f = _mm256_set1_epi32(0x0f), m3 = _mm256_set1_epi32(3), off = _mm256_set1_epi32(32);
   for (std::size_t b = 0; b < nb; ++b, dst += 16 * qk_k) {
     const block_q6_K_x16& x = p[b];
+    #pragma GCC unroll 8
     for (int h = 0; h < 2; ++h) {
       const __m256 d = halfs(x.d + 8 * h);
+      #pragma GCC unroll 8
       for (int u = 0; u < 8; ++u) {
         const __m256i qh0 = load8(x.qh[u][0] + 8 * h), qh1 = load8(x.qh[u][1] + 8 * h);
         const __m256 s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales[u][0] + 8 * h)))));
         const __m256 s1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales[u][1] + 8 * h)))));
+        #pragma GCC unroll 8
         for (int g = 0; g < 4; ++g) {
           const __m256i ql = load8(x.ql[u][g] + 8 * h);
           float* o = dst + (32 * u + 4 * g) * 16 + 8 * h;
+          #pragma GCC unroll 8
           for (int j = 0; j < 4; ++j) {
             auto code = [&](__m256i low, __m256i high) {
               const __m256i l = _mm256_and_si256(low, m0f);
