@@ -309,6 +309,15 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
 #if defined(KESTREL_X16_KERNEL)
   if (!reference) {
     parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+#if defined(KESTREL_KQUANT_X16_AVX2)
+      if (n_tokens == 1) {
+        // Decode: the range's whole panels in two halves walked side by
+        // side (quant/kquant_x16_avx2.hpp, x16_pairs), the same bits.
+        const std::size_t whole = std::min(p1, rows / 16), half = whole > p0 ? (whole - p0) / 2 : 0;
+        quant::detail::x16::x16_pairs(panels + p0 * nb, half, a, nb, y + 16 * p0);
+        p0 += 2 * half;
+      }
+#endif
       for (std::size_t p = p0; p < p1; ++p)
         quant::detail::x16::x16_tokens(panels + p * nb, std::min<std::size_t>(16, rows - 16 * p), a, nb, n_tokens,
                                        y + 16 * p, rows);

@@ -202,7 +202,9 @@ class cpu_backend {
   static dtype copy_type(const weight_view& v) noexcept {
 #if defined(KESTREL_X16_KERNEL)
     if (v.type == dtype::q4_k) return dtype::q4_k_x16;
+#ifndef KX16NOQ6
     if (v.type == dtype::q6_k) return dtype::q6_k_x16;
+#endif
 #endif
     return v.type;
   }

@@ -32,7 +32,8 @@
 // nibble), j < 4; scales[w][r] the w-th 32-bit word of row r's 12 packed
 // scale bytes, so the kernel unpacks the 6-bit scales and mins of 16 rows
 // with one set of word operations (quant/kquants.hpp's scales_k4, a row per
-// lane); d and dmin per row.
+// lane); d and dmin per row. The scales, d and dmin come first, as the
+// kernels read them, so a block is read front to back.
 // A panel's rows past the matrix's are zero (d = dmin = 0). A matrix of R
 // rows is ceil(R / 16) panels, each nb blocks of its 16 rows, panel after
 // panel: weight_view's row_bytes() is a panel's bytes / 16, so rows_from a
@@ -66,6 +67,7 @@
 #include <immintrin.h>
 #define KESTREL_KQUANT_X16 1
 #elif defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
 #define KESTREL_KQUANT_X16_AVX2 1  // the kernels of quant/kquant_x16_avx2.hpp
 #endif
 #if defined(KESTREL_KQUANT_X16) || defined(KESTREL_KQUANT_X16_AVX2)
@@ -79,9 +81,9 @@ inline constexpr std::size_t x16_rows = 16;
 
 struct alignas(64) block_q4_K_x16 {
   static constexpr std::size_t values = 256;  // of each row
-  std::uint8_t qs[8][4][16][4];  // [sub-block u][g][row r][j]: lo nibble 32u + 4g + j, hi 32u + 16 + 4g + j
   std::uint32_t scales[3][16];   // [w][r]: bytes 4w .. 4w + 3 of row r's block_q4_K::scales
   f16 d[16], dmin[16];
+  std::uint8_t qs[8][4][16][4];  // [sub-block u][g][row r][j]: lo nibble 32u + 4g + j, hi 32u + 16 + 4g + j
 };
 static_assert(sizeof(block_q4_K_x16) == 2304);
 static_assert(sizeof(block_q4_K_x16) == x16_rows * block_bytes(dtype::q4_k_x16),
@@ -164,19 +166,25 @@ inline void unpack_x16(const block_q4_K_x16* panel, std::size_t r, std::size_t n
   }
 }
 
-/// q6_K interleaved by 16 rows (dtype::q6_k_x16): ql[u][g][r] as q4_K's qs
-/// (the low 4 bits of values 32u + 4g + j and 32u + 16 + 4g + j), qh[u][h][r]
-/// byte j bits 2g, 2g + 1 the high 2 bits of value 32u + 16h + 4g + j,
-/// scales[u][h][r] the int8 scale of sub-block 2u + h (values 32u + 16h ..
-/// 32u + 16h + 15), d per row; 32 bytes of padding keep every block on a
-/// cache line (3392 bytes per 16 rows, 16 rows of q6_K take 3360).
+/// q6_K interleaved by 16 rows (dtype::q6_k_x16): unit[u] holds values 32u
+/// .. 32u + 31 of the 16 rows, ql[g][r] as q4_K's qs (the low 4 bits of
+/// values 32u + 4g + j and 32u + 16 + 4g + j), qh[h][r] byte j bits 2g, 2g +
+/// 1 the high 2 bits of value 32u + 16h + 4g + j; scales[u][h][r] the int8
+/// scale of sub-block 2u + h (values 32u + 16h .. 32u + 16h + 15), d per
+/// row. The scales and d come first and each unit's bytes are together, so
+/// the kernels read a block front to back, one stream through memory (on
+/// Zen 2, reading ql and qh as two streams per panel halved decode's rate
+/// from DRAM); 32 bytes of padding keep every block on a cache line (3392
+/// bytes per 16 rows, 16 rows of q6_K take 3360).
 struct alignas(64) block_q6_K_x16 {
   static constexpr std::size_t values = 256;  // of each row
-  std::uint8_t ql[8][4][16][4];
-  std::uint8_t qh[8][2][16][4];
   std::int8_t scales[8][2][16];
   f16 d[16];
   std::uint8_t pad[32];
+  struct {
+    std::uint8_t ql[4][16][4];
+    std::uint8_t qh[2][16][4];
+  } unit[8];
 };
 static_assert(sizeof(block_q6_K_x16) == 3392);
 static_assert(sizeof(block_q6_K_x16) == x16_rows * block_bytes(dtype::q6_k_x16),
@@ -200,11 +208,11 @@ inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n
       const std::uint8_t* qh = x.qh + 32 * (u / 4);
       for (int g = 0; g < 4; ++g) {
         const std::uint32_t v = nibbles(ql + 4 * g, ql + 16 + 4 * g, (u % 4) / 2);
-        std::memcpy(o.ql[u][g][r], &v, 4);
+        std::memcpy(o.unit[u].ql[g][r], &v, 4);
       }
       for (int h = 0; h < 2; ++h) {
         const std::uint32_t v = crumbs(qh + 16 * h, 2 * (u % 4));
-        std::memcpy(o.qh[u][h][r], &v, 4);
+        std::memcpy(o.unit[u].qh[h][r], &v, 4);
       }
       o.scales[u][0][r] = x.scales[2 * u];
       o.scales[u][1][r] = x.scales[2 * u + 1];
@@ -224,7 +232,7 @@ inline void unpack_x16(const block_q6_K_x16* panel, std::size_t r, std::size_t n
         for (int j = 0; j < 4; ++j)
           for (int h = 0; h < 2; ++h) {
             const int i = 32 * u + 16 * h + 4 * g + j;
-            const int lo = (p.ql[u][g][r][j] >> (4 * h)) & 0xF, hi = (p.qh[u][h][r][j] >> (2 * g)) & 3;
+            const int lo = (p.unit[u].ql[g][r][j] >> (4 * h)) & 0xF, hi = (p.unit[u].qh[h][r][j] >> (2 * g)) & 3;
             x.ql[detail::byte6l(i)] = static_cast<std::uint8_t>(x.ql[detail::byte6l(i)] | (lo << detail::shift6l(i)));
             x.qh[detail::byte2(i)] = static_cast<std::uint8_t>(x.qh[detail::byte2(i)] | (hi << detail::shift2(i)));
           }
@@ -281,6 +289,33 @@ inline void bsum_pairs(const block_q8_K& a, std::int32_t* out) noexcept {
     std::memcpy(out + j, p, 4);
   }
 }
+
+#if defined(KESTREL_X16_KERNEL)
+/// Blocks ahead of the one in use that x16_group asks into L2: a panel's
+/// blocks and the next panel's follow each other in memory, so this streams
+/// the matrix ahead of the kernel. Measured (/tmp prototype, 65536 x 2048
+/// in huge pages, two threads, alternated in one process against a plain
+/// read of the same bytes): without it the kernel read at 0.63-0.79 of the
+/// plain read's rate (its loads come in bursts, 32 per block, between
+/// stretches of arithmetic, and the hardware prefetcher did not keep up);
+/// 2 blocks ahead 0.77-0.90, 8 ahead 0.92-1.0, 16 ahead 0.94-1.04.
+#ifndef KX16HINT
+#define KX16HINT _MM_HINT_T1
+#endif
+#ifndef KX16PF
+#define KX16PF 8
+#endif
+inline constexpr std::size_t prefetch_blocks = KX16PF;
+
+/// Asks for block b + prefetch_blocks of p into L2, one prefetch per line
+/// (a prefetch past the matrix's end does not fault and is dropped).
+template <class X>
+inline void prefetch_ahead(const X* p, std::size_t b) noexcept {
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + prefetch_blocks) * sizeof(X);
+  for (std::size_t i = 0; i < sizeof(X) / 64; ++i)
+    _mm_prefetch(reinterpret_cast<const char*>(at + 64 * i), KX16HINT);
+}
+#endif
 }  // namespace detail::x16
 
 #if defined(KESTREL_KQUANT_X16)
@@ -318,25 +353,6 @@ inline k4_scales unpack_scales(const block_q4_K_x16& b) noexcept {
   s.sc[1] = _mm512_ternarylogic_epi32(c, m0f, _mm512_and_si512(_mm512_srli_epi32(a, 2), m30), 0xEA);
   s.mn[1] = _mm512_ternarylogic_epi32(_mm512_srli_epi32(c, 4), m0f, _mm512_and_si512(_mm512_srli_epi32(bw, 2), m30), 0xEA);
   return s;
-}
-
-/// Blocks ahead of the one in use that x16_group asks into L2: a panel's
-/// blocks and the next panel's follow each other in memory, so this streams
-/// the matrix ahead of the kernel. Measured (/tmp prototype, 65536 x 2048
-/// in huge pages, two threads, alternated in one process against a plain
-/// read of the same bytes): without it the kernel read at 0.63-0.79 of the
-/// plain read's rate (its loads come in bursts, 32 per block, between
-/// stretches of arithmetic, and the hardware prefetcher did not keep up);
-/// 2 blocks ahead 0.77-0.90, 8 ahead 0.92-1.0, 16 ahead 0.94-1.04.
-inline constexpr std::size_t prefetch_blocks = 8;
-
-/// Asks for block b + prefetch_blocks of p into L2, one prefetch per line
-/// (a prefetch past the matrix's end does not fault and is dropped).
-template <class X>
-inline void prefetch_ahead(const X* p, std::size_t b) noexcept {
-  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + prefetch_blocks) * sizeof(X);
-  for (std::size_t i = 0; i < sizeof(X) / 64; ++i)
-    _mm_prefetch(reinterpret_cast<const char*>(at + 64 * i), _MM_HINT_T1);
 }
 
 /// q6_K's codes of one 64-byte load of ql: lane r's bytes as full 6-bit
@@ -385,10 +401,10 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
           s0[t] = _mm512_set1_epi32(-32 * ab.bsums[2 * u]);
           s1[t] = _mm512_set1_epi32(-32 * ab.bsums[2 * u + 1]);
         }
-        const __m512i qh0 = _mm512_load_si512(pb.qh[u][0]), qh1 = _mm512_load_si512(pb.qh[u][1]);
+        const __m512i qh0 = _mm512_load_si512(pb.unit[u].qh[0]), qh1 = _mm512_load_si512(pb.unit[u].qh[1]);
         for (int g = 0; g < 4; ++g) {
           __m512i lo, hi;
-          q6_codes(_mm512_load_si512(pb.ql[u][g]), qh0, qh1, g, lo, hi);
+          q6_codes(_mm512_load_si512(pb.unit[u].ql[g]), qh0, qh1, g, lo, hi);
           for (std::size_t t = 0; t < NT; ++t) {
             const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
             s0[t] = dpbusd_bcast(s0[t], lo, q);
@@ -484,8 +500,8 @@ inline void pack_kpanel(const block_q6_K_x16* p, std::size_t nb, kp::kpanel_bloc
     const block_q6_K_x16& x = p[b];
     kp::kpanel_block& o = dst[b];
     for (int u = 0; u < 8; ++u) {
-      const __m512i qh0 = _mm512_load_si512(x.qh[u][0]), qh1 = _mm512_load_si512(x.qh[u][1]);
-      for (int g = 0; g < 4; ++g) q6_codes(_mm512_load_si512(x.ql[u][g]), qh0, qh1, g, o.codes[8 * u + g], o.codes[8 * u + 4 + g]);
+      const __m512i qh0 = _mm512_load_si512(x.unit[u].qh[0]), qh1 = _mm512_load_si512(x.unit[u].qh[1]);
+      for (int g = 0; g < 4; ++g) q6_codes(_mm512_load_si512(x.unit[u].ql[g]), qh0, qh1, g, o.codes[8 * u + g], o.codes[8 * u + 4 + g]);
       const __m128i s0 = _mm_load_si128(reinterpret_cast<const __m128i*>(x.scales[u][0]));
       const __m128i s1 = _mm_load_si128(reinterpret_cast<const __m128i*>(x.scales[u][1]));
       o.scale[2 * u] = _mm512_cvtepi8_epi32(s0);

@@ -139,20 +139,27 @@ inline void scale_pairs(const block_q6_K_x16& b, __m256i (*out)[2]) noexcept {
     }
 }
 
-/// acc[2t + h] (lane r = row 8h + r) = the dot of that row with token t <
-/// NT over blocks [0, nb) (the arithmetic in the header).
-template <class X, std::size_t NT>
-inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m256* acc) noexcept {
+/// acc[(NP t + i) 2 + h] (lane r = row 8h + r of panel p[i]) = the dot of
+/// that row with token t < NT over blocks [0, nb) (the arithmetic in the
+/// header). NP > 1 walks NP panels side by side: NP streams through memory.
+template <class X, std::size_t NT, std::size_t NP = 1>
+inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m256* acc) noexcept {
   constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>;
-  __m256 accm[2 * NT];
-  for (std::size_t i = 0; i < 2 * NT; ++i) acc[i] = accm[i] = _mm256_setzero_ps();
+  constexpr std::size_t NA = 2 * NP * NT;  // accumulators
+  __m256 accm[NA];
+  for (std::size_t k = 0; k < NA; ++k) acc[k] = accm[k] = _mm256_setzero_ps();
   const __m256i m0f = _mm256_set1_epi8(0x0f);
   for (std::size_t b = 0; b < nb; ++b) {
-    const X& pb = p[b];
-    __m256i scp[q6 ? 16 : 8][2];
-    scale_pairs(pb, scp);
-    __m256i tot[NT][2];
-    for (std::size_t t = 0; t < NT; ++t) tot[t][0] = tot[t][1] = _mm256_setzero_si256();
+    __m256i scp[NP][q6 ? 16 : 8][2];
+    for (std::size_t i = 0; i < NP; ++i) {
+#ifdef KX16AVXPF
+      prefetch_ahead(p[i], b);
+#endif
+      scale_pairs(p[i][b], scp[i]);
+    }
+    __m256i tot[NT][NP][2];
+    for (std::size_t t = 0; t < NT; ++t)
+      for (std::size_t i = 0; i < NP; ++i) tot[t][i][0] = tot[t][i][1] = _mm256_setzero_si256();
     for (int u = 0; u < 8; ++u) {
       if constexpr (q6) {
 #pragma GCC unroll 2
@@ -162,23 +169,27 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
             const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
             a4[t][0] = bcast4(q), a4[t][1] = bcast4(q + 4), a4[t][2] = bcast4(q + 16), a4[t][3] = bcast4(q + 20);
           }
+          for (std::size_t i = 0; i < NP; ++i) {
+            const X& pb = p[i][b];
 #pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h) {
-            const __m256i qh0 = load8(pb.qh[u][0] + 8 * h), qh1 = load8(pb.qh[u][1] + 8 * h);
-            __m256i lo0, hi0, lo1, hi1;
-            q6_codes(load8(pb.ql[u][g] + 8 * h), qh0, qh1, g, lo0, hi0);
-            q6_codes(load8(pb.ql[u][g + 1] + 8 * h), qh0, qh1, g + 1, lo1, hi1);
-            for (std::size_t t = 0; t < NT; ++t) {
-              const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, a4[t][0]), _mm256_maddubs_epi16(lo1, a4[t][1]));
-              const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, a4[t][2]), _mm256_maddubs_epi16(hi1, a4[t][3]));
-              tot[t][h] = _mm256_add_epi32(tot[t][h], _mm256_add_epi32(_mm256_madd_epi16(s0, scp[2 * u][h]),
-                                                                       _mm256_madd_epi16(s1, scp[2 * u + 1][h])));
+            for (int h = 0; h < 2; ++h) {
+              const __m256i qh0 = load8(pb.unit[u].qh[0] + 8 * h), qh1 = load8(pb.unit[u].qh[1] + 8 * h);
+              __m256i lo0, hi0, lo1, hi1;
+              q6_codes(load8(pb.unit[u].ql[g] + 8 * h), qh0, qh1, g, lo0, hi0);
+              q6_codes(load8(pb.unit[u].ql[g + 1] + 8 * h), qh0, qh1, g + 1, lo1, hi1);
+              for (std::size_t t = 0; t < NT; ++t) {
+                const __m256i s0 = _mm256_add_epi16(_mm256_maddubs_epi16(lo0, a4[t][0]), _mm256_maddubs_epi16(lo1, a4[t][1]));
+                const __m256i s1 = _mm256_add_epi16(_mm256_maddubs_epi16(hi0, a4[t][2]), _mm256_maddubs_epi16(hi1, a4[t][3]));
+                tot[t][i][h] = _mm256_add_epi32(tot[t][i][h], _mm256_add_epi32(_mm256_madd_epi16(s0, scp[i][2 * u][h]),
+                                                                             _mm256_madd_epi16(s1, scp[i][2 * u + 1][h])));
+              }
             }
           }
         }
       } else {
-        __m256i s[NT][2];
-        for (std::size_t t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+        __m256i s[NT][NP][2];
+        for (std::size_t t = 0; t < NT; ++t)
+          for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
 #pragma GCC unroll 4
         for (int g = 0; g < 4; ++g) {
           __m256i alo[NT], ahi[NT];
@@ -186,63 +197,98 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
             const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
             alo[t] = bcast4(q), ahi[t] = bcast4(q + 16);
           }
+          for (std::size_t i = 0; i < NP; ++i)
 #pragma GCC unroll 2
-          for (int h = 0; h < 2; ++h) {
-            const __m256i codes = load8(pb.qs[u][g] + 8 * h);
-            const __m256i lo = _mm256_and_si256(codes, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), m0f);
-            for (std::size_t t = 0; t < NT; ++t)
-              s[t][h] = _mm256_add_epi16(s[t][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]), _mm256_maddubs_epi16(hi, ahi[t])));
-          }
+            for (int h = 0; h < 2; ++h) {
+              const __m256i codes = load8(p[i][b].qs[u][g] + 8 * h);
+              const __m256i lo = _mm256_and_si256(codes, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), m0f);
+              for (std::size_t t = 0; t < NT; ++t)
+                s[t][i][h] = _mm256_add_epi16(s[t][i][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]),
+                                                                           _mm256_maddubs_epi16(hi, ahi[t])));
+            }
         }
         for (std::size_t t = 0; t < NT; ++t)
-          for (int h = 0; h < 2; ++h) tot[t][h] = _mm256_add_epi32(tot[t][h], _mm256_madd_epi16(s[t][h], scp[u][h]));
+          for (std::size_t i = 0; i < NP; ++i)
+            for (int h = 0; h < 2; ++h) tot[t][i][h] = _mm256_add_epi32(tot[t][i][h], _mm256_madd_epi16(s[t][i][h], scp[i][u][h]));
       }
     }
+    for (std::size_t i = 0; i < NP; ++i) {
+      const X& pb = p[i][b];
 #pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256 d = halfs(pb.d + 8 * h);
-      if constexpr (q6) {
-        // the code offset: tot -= 32 sum_k sc_k bsum_k, sub-blocks k in pairs
-        __m256i scp2[8];
-#pragma GCC unroll 8
-        for (int u = 0; u < 8; ++u) {
-          const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][0] + 8 * h));
-          const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][1] + 8 * h));
-          scp2[u] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane r: (sc_2u, sc_2u+1)
-        }
-        for (std::size_t t = 0; t < NT; ++t) {
-          const block_q8_K& ab = a[t * stride + b];
-          __m256i corr = _mm256_setzero_si256();
+      for (int h = 0; h < 2; ++h) {
+        const __m256 d = halfs(pb.d + 8 * h);
+        if constexpr (q6) {
+          // the code offset: tot -= 32 sum_k sc_k bsum_k, sub-blocks k in pairs
+          __m256i scp2[8];
 #pragma GCC unroll 8
           for (int u = 0; u < 8; ++u) {
-            std::int32_t pair;
-            std::memcpy(&pair, ab.bsums + 2 * u, 4);
-            corr = _mm256_add_epi32(corr, _mm256_madd_epi16(scp2[u], _mm256_set1_epi32(pair)));
+            const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][0] + 8 * h));
+            const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][1] + 8 * h));
+            scp2[u] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane r: (sc_2u, sc_2u+1)
           }
-          const __m256i st = _mm256_sub_epi32(tot[t][h], _mm256_slli_epi32(corr, 5));
-          acc[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(st), acc[2 * t + h]);
-        }
-      } else {
-        const __m256 dmin = halfs(pb.dmin + 8 * h);
-        const k4_half mn = unpack_mins(pb, h);
-        __m256i mins[4];
+          for (std::size_t t = 0; t < NT; ++t) {
+            const block_q8_K& ab = a[t * stride + b];
+            __m256i corr = _mm256_setzero_si256();
+#pragma GCC unroll 8
+            for (int u = 0; u < 8; ++u) {
+              std::int32_t pair;
+              std::memcpy(&pair, ab.bsums + 2 * u, 4);
+              corr = _mm256_add_epi32(corr, _mm256_madd_epi16(scp2[u], _mm256_set1_epi32(pair)));
+            }
+            const __m256i st = _mm256_sub_epi32(tot[t][i][h], _mm256_slli_epi32(corr, 5));
+            __m256& o = acc[(NP * t + i) * 2 + h];
+            o = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(st), o);
+          }
+        } else {
+          const __m256 dmin = halfs(pb.dmin + 8 * h);
+          const k4_half mn = unpack_mins(pb, h);
+          __m256i mins[4];
 #pragma GCC unroll 4
-        for (int j = 0; j < 4; ++j) mins[j] = _mm256_shuffle_epi8(mn.v[j / 2], ctrl_pair(2 * (j % 2)));  // (m_2j, m_2j+1)
-        for (std::size_t t = 0; t < NT; ++t) {
-          const block_q8_K& ab = a[t * stride + b];
-          alignas(16) std::int32_t pairs[4];
-          bsum_pairs(ab, pairs);
-          __m256i corr = _mm256_setzero_si256();
+          for (int j = 0; j < 4; ++j) mins[j] = _mm256_shuffle_epi8(mn.v[j / 2], ctrl_pair(2 * (j % 2)));  // (m_2j, m_2j+1)
+          for (std::size_t t = 0; t < NT; ++t) {
+            const block_q8_K& ab = a[t * stride + b];
+            alignas(16) std::int32_t pairs[4];
+            bsum_pairs(ab, pairs);
+            __m256i corr = _mm256_setzero_si256();
 #pragma GCC unroll 4
-          for (int j = 0; j < 4; ++j) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mins[j], _mm256_set1_epi32(pairs[j])));
-          accm[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_set1_ps(-ab.d)), _mm256_cvtepi32_ps(corr), accm[2 * t + h]);
-          acc[2 * t + h] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(tot[t][h]), acc[2 * t + h]);
+            for (int j = 0; j < 4; ++j) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mins[j], _mm256_set1_epi32(pairs[j])));
+            const std::size_t k = (NP * t + i) * 2 + h;
+            accm[k] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_set1_ps(-ab.d)), _mm256_cvtepi32_ps(corr), accm[k]);
+            acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(tot[t][i][h]), acc[k]);
+          }
         }
       }
     }
   }
   if constexpr (!q6)
-    for (std::size_t i = 0; i < 2 * NT; ++i) acc[i] = _mm256_add_ps(acc[i], accm[i]);
+    for (std::size_t k = 0; k < NA; ++k) acc[k] = _mm256_add_ps(acc[k], accm[k]);
+}
+
+/// acc[0 .. 3]: rows 0-7 and 8-15 of n_rows-row panels, stored to out[r] (r < n_rows).
+inline void store_panel(const __m256* acc, std::size_t n_rows, float* o) noexcept {
+  if (n_rows >= 16) {
+    _mm256_storeu_ps(o, acc[0]);
+    _mm256_storeu_ps(o + 8, acc[1]);
+  } else {
+    alignas(32) float tmp[16];
+    _mm256_store_ps(tmp, acc[0]);
+    _mm256_store_ps(tmp + 8, acc[1]);
+    std::memcpy(o, tmp, n_rows * sizeof(float));
+  }
+}
+
+/// Decode (one token): full panels p0 .. p0 + 2n - 1 (nb blocks each, one
+/// after another), panels p0 + i and p0 + n + i side by side, two streams
+/// through memory; out[16 (panel - p0) + r].
+template <class X>
+inline void x16_pairs(const X* p0, std::size_t n, const block_q8_K* a, std::size_t nb, float* out) noexcept {
+  for (std::size_t i = 0; i < n; ++i) {
+    const X* ps[2] = {p0 + i * nb, p0 + (n + i) * nb};
+    __m256 acc[4];
+    x16_group<X, 1, 2>(ps, a, nb, nb, acc);
+    store_panel(acc, 16, out + 16 * i);
+    store_panel(acc + 2, 16, out + 16 * (n + i));
+  }
 }
 
 /// A panel (nb x16 blocks, n_rows valid rows) against tokens [0, n_tokens)
@@ -253,19 +299,8 @@ inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std:
                        float* out, std::size_t out_stride) noexcept {
   for_token_groups<token_group>(n_tokens, [&]<std::size_t NT>(std::size_t t) {
     __m256 acc[2 * NT];
-    x16_group<X, NT>(p, a + t * nb, nb, nb, acc);
-    for (std::size_t i = 0; i < NT; ++i) {
-      float* o = out + (t + i) * out_stride;
-      if (n_rows >= 16) {
-        _mm256_storeu_ps(o, acc[2 * i]);
-        _mm256_storeu_ps(o + 8, acc[2 * i + 1]);
-      } else {
-        alignas(32) float tmp[16];
-        _mm256_store_ps(tmp, acc[2 * i]);
-        _mm256_store_ps(tmp + 8, acc[2 * i + 1]);
-        std::memcpy(o, tmp, n_rows * sizeof(float));
-      }
-    }
+    x16_group<X, NT>(&p, a + t * nb, nb, nb, acc);
+    for (std::size_t i = 0; i < NT; ++i) store_panel(acc + 2 * i, n_rows, out + (t + i) * out_stride);
   });
 }
 
@@ -314,12 +349,12 @@ inline void dequantize_panel(const block_q6_K_x16* p, std::size_t nb, float* dst
       const __m256 d = halfs(x.d + 8 * h);
       #pragma GCC unroll 8
       for (int u = 0; u < 8; ++u) {
-        const __m256i qh0 = load8(x.qh[u][0] + 8 * h), qh1 = load8(x.qh[u][1] + 8 * h);
+        const __m256i qh0 = load8(x.unit[u].qh[0] + 8 * h), qh1 = load8(x.unit[u].qh[1] + 8 * h);
         const __m256 s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales[u][0] + 8 * h)))));
         const __m256 s1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales[u][1] + 8 * h)))));
         #pragma GCC unroll 8
         for (int g = 0; g < 4; ++g) {
-          const __m256i ql = load8(x.ql[u][g] + 8 * h);
+          const __m256i ql = load8(x.unit[u].ql[g] + 8 * h);
           float* o = dst + (32 * u + 4 * g) * 16 + 8 * h;
           #pragma GCC unroll 8
           for (int j = 0; j < 4; ++j) {
