@@ -314,9 +314,7 @@ TEST_CASE("cpu: k-quant matvec / matmul == scalar twins") {
 // scalar twin equal to the row-major twin bit for bit; every token's
 // outputs the same whatever the token count or thread count, except with
 // AVX-512 VNNI from kpanel_min_tokens on (prefill), where they equal the
-// row-major q4_K's bit for bit; from dequant_gemm_min_tokens on (AVX2
-// without VNNI) the float GEMM's bound (check_dequant_gemm); row_to_f32
-// equal.
+// row-major q4_K's bit for bit; row_to_f32 equal.
 
 namespace {
 
@@ -351,11 +349,6 @@ void check_x16_linear(dtype row_major, dtype interleaved) {
       x16_weight<X> wx(w, interleaved);
       const auto x = random_floats(n_tokens * cols, seed + 5);
       INFO(kestrel::name_of(interleaved) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
-      if (n_tokens >= cpu::detail::dequant_gemm_min_tokens) {
-        check_dequant_gemm(wx.view, x, n_tokens);
-        continue;
-      }
-      if (n_tokens == 100) continue;  // with VNNI: the int8 panels, whose tilings the cases above cover
       const std::size_t n = n_tokens * rows;
       std::vector<float> want(n), twin(n, -1.0f), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
       ref::matmul(w.view, x.data(), n_tokens, want.data(), nullptr);

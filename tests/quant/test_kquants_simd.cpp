@@ -485,36 +485,6 @@ TEST_CASE("x16 kernel: every row and token within the derived bound of exact and
   check_x16_kernel<q::block_q6_K_x16>("q6_K", 312);
 }
 
-#if defined(KESTREL_KQUANT_X16_AVX2)
-TEST_CASE("x16 dequantize_panel (AVX2): the float GEMM's panel, bit for bit dequantize_row of each row") {
-  auto check = [&]<class X>(const char* name, std::uint32_t seed) {
-    using B = typename q::x16_source<X>::type;
-    std::mt19937 rng(seed);
-    for (std::size_t nb : {1, 3})
-      for (std::size_t rows : {16, 5}) {
-        const auto w = random_blocks<B>(rows * nb, rng);
-        const auto packed = pack_rows<X>(w, rows, nb);
-        std::vector<float> panel(16 * nb * q::qk_k, -7.0f);
-        q::detail::x16::dequantize_panel(packed.data(), nb, panel.data());
-        bool same = true, pad_zero = true;
-        std::vector<float> row(nb * q::qk_k);
-        for (std::size_t r = 0; r < 16; ++r) {
-          if (r < rows) q::dequantize_row(w.data() + r * nb, row.data(), row.size());
-          for (std::size_t k = 0; k < row.size(); ++k) {
-            if (r < rows) same = same && std::memcmp(&panel[k * 16 + r], &row[k], sizeof(float)) == 0;
-            else pad_zero = pad_zero && panel[k * 16 + r] == 0.0f;
-          }
-        }
-        INFO(name << " nb " << nb << " rows " << rows);
-        CHECK(same);
-        CHECK(pad_zero);  // a padding row (d = 0) dequantizes to zeros
-      }
-  };
-  check.template operator()<q::block_q4_K_x16>("q4_K", 303);
-  check.template operator()<q::block_q6_K_x16>("q6_K", 313);
-}
-#endif
-
 TEST_CASE("x16 kernel: the largest integer sums") {
   for_each_extreme([&]<class B>(const char* name, const extreme_case& e) {
     auto check = [&]<class X>() {

@@ -176,24 +176,9 @@ inline constexpr std::size_t skinny_max_tokens = std::is_same_v<Wt, float> ? 16 
 #define KESTREL_DEQUANT_GEMM 1
 inline constexpr std::size_t dequant_gemm_min_tokens = 96;
 
-/// Y = X W^T for a row-major block type, or q4_K / q6_K interleaved by 16
-/// rows (quant/kquant_x16.hpp: each x16 panel dequantizes straight into the
-/// GEMM's panel, no transpose); cols a positive multiple of the block size.
+/// Y = X W^T for a row-major block type (the x16 layouts keep their int8
+/// kernel, takes_dequant_gemm); cols a positive multiple of the block size.
 inline void dequant_gemm(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool) {
-#if defined(KESTREL_KQUANT_X16_AVX2)
-  static_assert(gemm_nr == quant::x16_rows, "an x16 panel is one GEMM panel");
-  auto x16 = [&]<class X>(const X* panels) {
-    const std::size_t rows = w.rows, cols = w.cols, nb = cols / quant::qk_k;
-    auto pack = [&](std::size_t r, std::size_t, float* panel) {
-      quant::detail::x16::dequantize_panel(panels + r / gemm_nr * nb, nb, panel);  // padding rows are zeros
-    };
-    parallel_for(pool, (rows + gemm_nr - 1) / gemm_nr, [&](std::size_t p0, std::size_t p1) {
-      gemm_panels(pack, rows, cols, x, n_tokens, y, p0 * gemm_nr, std::min(rows, p1 * gemm_nr));
-    }, n_tokens * rows * cols);
-  };
-  if (w.type == dtype::q4_k_x16) return x16(static_cast<const quant::block_q4_K_x16*>(w.data));
-  if (w.type == dtype::q6_k_x16) return x16(static_cast<const quant::block_q6_K_x16*>(w.data));
-#endif
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
     const std::size_t rows = w.rows, cols = w.cols, row_bytes = w.row_bytes(), qk = block_size(w.type);
@@ -218,7 +203,12 @@ inline void dequant_gemm(const weight_view& w, const float* x, std::size_t n_tok
 
 /// Whether matmul hands w with n_tokens tokens to dequant_gemm.
 inline bool takes_dequant_gemm(const weight_view& w, std::size_t n_tokens) noexcept {
-  return n_tokens >= dequant_gemm_min_tokens && w.cols > 0 && w.cols % block_size(w.type) == 0;
+  // The x16 layouts keep their int8 kernel (quant/kquant_x16_avx2.hpp) at
+  // every token count: measured on Zen 2 (TinyLlama Q4_K_M, 2 threads,
+  // t/s dequantized into this GEMM / x16 kernel) 128 tokens 95 / 108, 256
+  // tokens 96 / 107, 512 tokens 92 / 102; 110M 512 tokens 889 / 985.
+  return n_tokens >= dequant_gemm_min_tokens && w.type != dtype::q4_k_x16 && w.type != dtype::q6_k_x16 &&
+         w.cols > 0 && w.cols % block_size(w.type) == 0;
 }
 #else
 // With VNNI (or without AVX2) the int8 kernels take every call.

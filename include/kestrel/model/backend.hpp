@@ -108,7 +108,7 @@ class cpu_backend {
   /// token embeddings stay in the mapping unless the output matrix is tied to
   /// them (decode reads one row); the mappings' pages are then all given
   /// back and read again by 4 KiB pages (map_small_pages).
-  /// With AVX-512 VNNI, q4_K and q6_K matrices are not copied as they are
+  /// With AVX-512 VNNI or AVX2, q4_K and q6_K matrices are not copied as they are
   /// but interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16,
   /// quant/kquant_x16.hpp; q4_K the same size, q6_K 1% larger), which
   /// decode's kernel reads a row per lane; the views take the new type.
@@ -202,9 +202,7 @@ class cpu_backend {
   static dtype copy_type(const weight_view& v) noexcept {
 #if defined(KESTREL_X16_KERNEL)
     if (v.type == dtype::q4_k) return dtype::q4_k_x16;
-#ifndef KX16NOQ6
     if (v.type == dtype::q6_k) return dtype::q6_k_x16;
-#endif
 #endif
     return v.type;
   }

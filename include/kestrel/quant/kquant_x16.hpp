@@ -290,7 +290,11 @@ inline void bsum_pairs(const block_q8_K& a, std::int32_t* out) noexcept {
   }
 }
 
-#if defined(KESTREL_X16_KERNEL)
+}  // namespace detail::x16
+
+#if defined(KESTREL_KQUANT_X16)
+namespace detail::x16 {
+
 /// Blocks ahead of the one in use that x16_group asks into L2: a panel's
 /// blocks and the next panel's follow each other in memory, so this streams
 /// the matrix ahead of the kernel. Measured (/tmp prototype, 65536 x 2048
@@ -298,14 +302,10 @@ inline void bsum_pairs(const block_q8_K& a, std::int32_t* out) noexcept {
 /// read of the same bytes): without it the kernel read at 0.63-0.79 of the
 /// plain read's rate (its loads come in bursts, 32 per block, between
 /// stretches of arithmetic, and the hardware prefetcher did not keep up);
-/// 2 blocks ahead 0.77-0.90, 8 ahead 0.92-1.0, 16 ahead 0.94-1.04.
-#ifndef KX16HINT
-#define KX16HINT _MM_HINT_T1
-#endif
-#ifndef KX16PF
-#define KX16PF 8
-#endif
-inline constexpr std::size_t prefetch_blocks = KX16PF;
+/// 2 blocks ahead 0.77-0.90, 8 ahead 0.92-1.0, 16 ahead 0.94-1.04. (On Zen
+/// 2 the AVX2 kernel measured the opposite: prefetching 1-16 blocks ahead
+/// cost it 20-45%; it walks two panels at once instead, x16_pairs.)
+inline constexpr std::size_t prefetch_blocks = 8;
 
 /// Asks for block b + prefetch_blocks of p into L2, one prefetch per line
 /// (a prefetch past the matrix's end does not fault and is dropped).
@@ -313,13 +313,8 @@ template <class X>
 inline void prefetch_ahead(const X* p, std::size_t b) noexcept {
   const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + prefetch_blocks) * sizeof(X);
   for (std::size_t i = 0; i < sizeof(X) / 64; ++i)
-    _mm_prefetch(reinterpret_cast<const char*>(at + 64 * i), KX16HINT);
+    _mm_prefetch(reinterpret_cast<const char*>(at + 64 * i), _MM_HINT_T1);
 }
-#endif
-}  // namespace detail::x16
-
-#if defined(KESTREL_KQUANT_X16)
-namespace detail::x16 {
 
 /// Tokens per pass over a panel's codes: per token two chains (s0, s1), tot,
 /// acc and accm, beside the codes' two registers: 4 tokens take 22 of the

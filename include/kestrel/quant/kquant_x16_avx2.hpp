@@ -3,7 +3,7 @@
 // layouts; its header comment describes them and the arithmetic):
 //
 //   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // as the VNNI kernel
-//   quant::detail::x16::dequantize_panel(panel, nb, dst);   // 16 rows as the float GEMM's panel
+//   quant::detail::x16::x16_pairs(panels, n, a, nb, out);   // decode: 2n whole panels, two streams
 //
 // Why: the row-major q4_K kernel (quant/kquants.hpp) spends per 32 weights
 // of one row a vpmaddubsw, a vpmaddwd that applies the sub-block's scale and
@@ -26,8 +26,7 @@
 // Bits: S and C are the same exact integers as the VNNI kernel's, and they
 // meet the floats in the same operations (acc = fma(d d8, float(S), acc),
 // accm = fma(dmin (-d8), float(C), accm), acc + accm), so both ISAs give the
-// same bits. dequantize_panel gives dequantize_row's bits (the product
-// scale * q is exact, as in quant/dequantize_fast.hpp).
+// same bits.
 #pragma once
 
 #include <cstddef>
@@ -152,9 +151,6 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
   for (std::size_t b = 0; b < nb; ++b) {
     __m256i scp[NP][q6 ? 16 : 8][2];
     for (std::size_t i = 0; i < NP; ++i) {
-#ifdef KX16AVXPF
-      prefetch_ahead(p[i], b);
-#endif
       scale_pairs(p[i][b], scp[i]);
     }
     __m256i tot[NT][NP][2];
@@ -302,74 +298,6 @@ inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std:
     x16_group<X, NT>(&p, a + t * nb, nb, nb, acc);
     for (std::size_t i = 0; i < NT; ++i) store_panel(acc + 2 * i, n_rows, out + (t + i) * out_stride);
   });
-}
-
-/// Lane r: byte k of lane r of v (k < 4), as an int32.
-inline __m256i lane_byte(__m256i v, int k) noexcept { return _mm256_and_si256(_mm256_srli_epi32(v, 8 * k), _mm256_set1_epi32(0xff)); }
-
-/// The nb blocks of a q4_K x16 panel as the float GEMM's panel
-/// (cpu/gemm.hpp): dst[k * 16 + r] = value k of row r, k < 256 nb,
-/// dequantize_row's bits (scale = d sc, min = dmin m, value scale q - min).
-inline void dequantize_panel(const block_q4_K_x16* p, std::size_t nb, float* dst) noexcept {
-  const __m256i m0f = _mm256_set1_epi32(0x0f);
-  for (std::size_t b = 0; b < nb; ++b, dst += 16 * qk_k) {
-    const block_q4_K_x16& x = p[b];
-    #pragma GCC unroll 8
-    for (int h = 0; h < 2; ++h) {
-      const __m256 d = halfs(x.d + 8 * h), dmin = halfs(x.dmin + 8 * h);
-      const k4_half sc = unpack_scales(x, h), mn = unpack_mins(x, h);
-      #pragma GCC unroll 8
-      for (int u = 0; u < 8; ++u) {
-        const __m256 scale = _mm256_mul_ps(d, _mm256_cvtepi32_ps(lane_byte(sc.v[u / 4], u % 4)));
-        const __m256 min = _mm256_mul_ps(dmin, _mm256_cvtepi32_ps(lane_byte(mn.v[u / 4], u % 4)));
-        #pragma GCC unroll 8
-        for (int g = 0; g < 4; ++g) {
-          const __m256i codes = load8(x.qs[u][g] + 8 * h);
-          float* o = dst + (32 * u + 4 * g) * 16 + 8 * h;
-          #pragma GCC unroll 8
-          for (int j = 0; j < 4; ++j) {
-            const __m256i lo = _mm256_and_si256(_mm256_srli_epi32(codes, 8 * j), m0f);
-            const __m256i hi = _mm256_and_si256(_mm256_srli_epi32(codes, 8 * j + 4), m0f);
-            _mm256_storeu_ps(o + j * 16, _mm256_sub_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(lo)), min));
-            _mm256_storeu_ps(o + (16 + j) * 16, _mm256_sub_ps(_mm256_mul_ps(scale, _mm256_cvtepi32_ps(hi)), min));
-          }
-        }
-      }
-    }
-  }
-}
-
-/// As above, for q6_K (value scale (code - 32), no min).
-inline void dequantize_panel(const block_q6_K_x16* p, std::size_t nb, float* dst) noexcept {
-  const __m256i m0f = _mm256_set1_epi32(0x0f), m3 = _mm256_set1_epi32(3), off = _mm256_set1_epi32(32);
-  for (std::size_t b = 0; b < nb; ++b, dst += 16 * qk_k) {
-    const block_q6_K_x16& x = p[b];
-    #pragma GCC unroll 8
-    for (int h = 0; h < 2; ++h) {
-      const __m256 d = halfs(x.d + 8 * h);
-      #pragma GCC unroll 8
-      for (int u = 0; u < 8; ++u) {
-        const __m256i qh0 = load8(x.unit[u].qh[0] + 8 * h), qh1 = load8(x.unit[u].qh[1] + 8 * h);
-        const __m256 s0 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales[u][0] + 8 * h)))));
-        const __m256 s1 = _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(x.scales[u][1] + 8 * h)))));
-        #pragma GCC unroll 8
-        for (int g = 0; g < 4; ++g) {
-          const __m256i ql = load8(x.unit[u].ql[g] + 8 * h);
-          float* o = dst + (32 * u + 4 * g) * 16 + 8 * h;
-          #pragma GCC unroll 8
-          for (int j = 0; j < 4; ++j) {
-            auto code = [&](__m256i low, __m256i high) {
-              const __m256i l = _mm256_and_si256(low, m0f);
-              const __m256i hb = _mm256_and_si256(_mm256_srli_epi32(high, 8 * j + 2 * g), m3);
-              return _mm256_cvtepi32_ps(_mm256_sub_epi32(_mm256_or_si256(l, _mm256_slli_epi32(hb, 4)), off));
-            };
-            _mm256_storeu_ps(o + j * 16, _mm256_mul_ps(s0, code(_mm256_srli_epi32(ql, 8 * j), qh0)));
-            _mm256_storeu_ps(o + (16 + j) * 16, _mm256_mul_ps(s1, code(_mm256_srli_epi32(ql, 8 * j + 4), qh1)));
-          }
-        }
-      }
-    }
-  }
 }
 
 }  // namespace detail::x16
