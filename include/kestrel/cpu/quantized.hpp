@@ -279,7 +279,7 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
 /// cache tiling, which only pays for prefill's hundreds) take the x16
 /// kernel, each panel against all the tokens, 4 at a time. With AVX2 and no
 /// VNNI the AVX2 x16 kernel takes every call (quant/kquant_x16_avx2.hpp):
-/// decode two panels at a time, prefill in token groups of 2. Without
+/// decode two panels at a time, prefill in token groups of 4. Without
 /// either, and for the reference, the scalar twin per (row, token).
 template <class X>
 inline void x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,

@@ -31,7 +31,7 @@
 // pages, 2 threads, GB/s row-major / x16): q4_K 26.5 / 30-33, q6_K 26.5 /
 // 32; TinyLlama Q4_K_M tg 36.5 -> 42.4 t/s end to end (kestrel-bench,
 // alternated). Prefill keeps this kernel at every token count (token
-// groups of 2): it beat dequantizing into the float GEMM (cpu/matmul.hpp)
+// groups of 4): it beat dequantizing into the float GEMM (cpu/matmul.hpp)
 // from 32 to 512 tokens, e.g. TinyLlama Q4_K_M pp512 92 -> 102 t/s.
 //
 // int16 bounds (a_i in [-128, 127]): q4_K, one vpmaddubsw lane <= 2 * 15 *
@@ -58,10 +58,13 @@
 
 namespace kestrel::quant::detail::x16 {
 
-/// Tokens per pass over a panel's codes: per token and 8-row half an int16
-/// sum, an int32 total and two float chains; 2 tokens keep the hot ones
-/// (8) with the codes in the 16 ymm registers.
-inline constexpr std::size_t token_group = 2;
+/// Tokens per pass over a panel's codes. Per token and 8-row half an int16
+/// sum and an int32 total stay hot, so 4 tokens spill some of them out of
+/// the 16 ymm registers, and still won: measured on Zen 2 (2 threads,
+/// alternated, pp t/s with groups of 1 / 2 / 4 / 8): TinyLlama Q4_K_M
+/// pp512 92 / 101-103 / 104-106 / 96, pp64 97 / 107 / 112 / -; 110M pp512
+/// - / 967-1001 / 1024-1027 / 931-940.
+inline constexpr std::size_t token_group = 4;
 
 /// vpshufb controls, per 32-bit lane d of each 128-bit half: byte 4d + k
 /// zero-extended into both of its int16 halves (dup), or bytes 4d + k and
