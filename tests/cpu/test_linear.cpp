@@ -471,7 +471,7 @@ void check_legacy_linear(dtype type) {
       legacy_weight<B> w(type, rows, cols, seed);
       const auto x = random_floats(n_tokens * cols, seed + 7, -2.0f, 2.0f);
       INFO(kestrel::name_of(type) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
-      if (n_tokens >= cpu::detail::dequant_gemm_min_tokens) {
+      if (cpu::detail::takes_dequant_gemm(w.view, n_tokens)) {
         check_dequant_gemm(w.view, x, n_tokens);
         continue;
       }

@@ -11,11 +11,14 @@
 // tokens take 16-row panels against 8-token groups (legacy_panels below,
 // quant/legacy_tokens.hpp), bit-identical to quant::ref::dot_fused; the two
 // agree within derived rounding bounds, not bit for bit
-// (tests/cpu/test_linear.cpp); with AVX2 alone more tokens take register
-// tiles of 2 rows x 4 tokens (quant/legacy_tiles_avx2.hpp); without AVX2,
+// (tests/cpu/test_linear.cpp); with AVX2 alone more tokens take, for q4_0,
+// 16-row panels packed per call (q4_0_x16_linear below,
+// quant/legacy_x16_avx2.hpp), for the other legacy types register tiles of
+// 2 rows x 4 tokens (quant/legacy_tiles_avx2.hpp); without AVX2,
 // quant::dot per (row, token). (With AVX2 alone, cpu::matmul hands calls of
-// at least dequant_gemm_min_tokens tokens, of every block type, to the float
-// GEMM over dequantized panels instead: cpu/matmul.hpp, dequant_gemm.)
+// at least dequant_gemm_min_tokens tokens, of every block type but q4_0
+// and the x16 layouts, to the float GEMM over dequantized panels instead:
+// cpu/matmul.hpp, dequant_gemm.)
 // For the k-quants with AVX-512 VNNI, calls of at least
 // quant::kpanel_min_tokens<B> tokens (prefill) take 16-row panels packed
 // once per call against 8-token groups (kquant_panels below,
@@ -41,6 +44,7 @@
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquant_x16.hpp"
+#include "kestrel/quant/legacy_x16_avx2.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_decode.hpp"
@@ -269,6 +273,34 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
   return acts;
 }
 
+#if defined(KESTREL_Q4_0_X16_AVX2)
+/// Y = X W^T for q4_0 W through 16-row panels packed per call
+/// (quant/legacy_x16_avx2.hpp): threads split the panels, each packs its
+/// panel (nb x 288 bytes, in L1 / L2) and runs every token against it.
+inline void q4_0_x16_linear(const std::byte* base, std::size_t row_bytes, std::size_t rows,
+                            const quant::block_q8_0* a, std::size_t nb, std::size_t n_tokens, float* y,
+                            thread_pool* pool) {
+  namespace qx = quant::detail::q40x16;
+  thread_local std::vector<std::int32_t> bsum8;  // (n_tokens, nb): 8 * each block's code sum; grown, never shrunk
+  if (bsum8.size() < n_tokens * nb) bsum8.resize(n_tokens * nb);
+  for (std::size_t i = 0; i < n_tokens * nb; ++i) {
+    std::int32_t s = 0;
+    for (std::int8_t q : a[i].qs) s += q;
+    bsum8[i] = 8 * s;
+  }
+  const std::int32_t* bs = bsum8.data();
+  parallel_for(pool, (rows + 15) / 16, [&](std::size_t p0, std::size_t p1) {
+    thread_local std::vector<qx::block> panel;
+    if (panel.size() < nb) panel.resize(nb);
+    for (std::size_t p = p0; p < p1; ++p) {
+      const std::size_t nr = std::min<std::size_t>(16, rows - 16 * p);
+      qx::pack(base + 16 * p * row_bytes, row_bytes, nr, nb, panel.data());
+      qx::tokens(panel.data(), nr, a, bs, nb, n_tokens, y + 16 * p, rows);
+    }
+  }, n_tokens * rows * nb * 32);
+}
+#endif
+
 /// Y(n_tokens, rows) = X W^T with W in q4_K_x16 or q6_K_x16 (X, quant/kquant_x16.hpp):
 /// threads split the panels. With AVX-512 VNNI, calls of at least
 /// quant::kpanel_min_tokens tokens (prefill) take the prefill panels of the
@@ -412,6 +444,14 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
         parallel_for(pool, w.rows, [&](std::size_t r0, std::size_t r1) {
           quant::dot_rows_decode<B>(base + r0 * row_bytes, row_bytes, r1 - r0, ap, n_tokens, y + r0, w.rows);
         }, n_tokens * w.rows * cols);
+        return;
+      }
+    }
+#endif
+#if defined(KESTREL_Q4_0_X16_AVX2)
+    if constexpr (std::is_same_v<B, quant::block_q4_0>) {
+      if (!reference) {  // prefill (past decode_max_tokens), every length
+        q4_0_x16_linear(base, row_bytes, w.rows, a, nb, n_tokens, y, pool);
         return;
       }
     }
