@@ -33,10 +33,11 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/legacy_format.hpp"
 #include "kestrel/quant/token_groups.hpp"
 
-#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && !(defined(__AVX512VNNI__) && defined(__AVX512VL__))
+#if defined(KESTREL_KQUANT_X16_AVX2)  // the same ISA as the q4_K x16 kernel (AVX2, FMA, F16C, no VNNI)
 #include <immintrin.h>
 #define KESTREL_Q4_0_X16_AVX2 1
 
@@ -118,18 +119,7 @@ inline void tokens(const block* p, std::size_t n_rows, const block_q8_0* a, cons
   for_token_groups<token_group>(n_tokens, [&]<std::size_t NT>(std::size_t t) {
     __m256 acc[2 * NT];
     group<NT>(p, a + t * nb, bsum8 + t * nb, nb, nb, acc);
-    for (std::size_t i = 0; i < NT; ++i) {
-      float* o = out + (t + i) * out_stride;
-      if (n_rows >= 16) {
-        _mm256_storeu_ps(o, acc[2 * i]);
-        _mm256_storeu_ps(o + 8, acc[2 * i + 1]);
-      } else {
-        alignas(32) float tmp[16];
-        _mm256_store_ps(tmp, acc[2 * i]);
-        _mm256_store_ps(tmp + 8, acc[2 * i + 1]);
-        std::memcpy(o, tmp, n_rows * sizeof(float));
-      }
-    }
+    for (std::size_t i = 0; i < NT; ++i) x16::store_panel(acc + 2 * i, n_rows, out + (t + i) * out_stride);
   });
 }
 
