@@ -281,14 +281,10 @@ inline void q4_0_x16_linear(const std::byte* base, std::size_t row_bytes, std::s
                             const quant::block_q8_0* a, std::size_t nb, std::size_t n_tokens, float* y,
                             thread_pool* pool) {
   namespace qx = quant::detail::q40x16;
-  thread_local std::vector<std::int32_t> bsum8;  // (n_tokens, nb): 8 * each block's code sum; grown, never shrunk
-  if (bsum8.size() < n_tokens * nb) bsum8.resize(n_tokens * nb);
-  for (std::size_t i = 0; i < n_tokens * nb; ++i) {
-    std::int32_t s = 0;
-    for (std::int8_t q : a[i].qs) s += q;
-    bsum8[i] = 8 * s;
-  }
-  const std::int32_t* bs = bsum8.data();
+  thread_local std::vector<std::int32_t> start;  // (n_tokens, nb): -8 * each block's code sum; grown, never shrunk
+  if (start.size() < n_tokens * nb) start.resize(n_tokens * nb);
+  for (std::size_t i = 0; i < n_tokens * nb; ++i) start[i] = quant::block_start<quant::block_q4_0>(a[i]);
+  const std::int32_t* bs = start.data();
   parallel_for(pool, (rows + 15) / 16, [&](std::size_t p0, std::size_t p1) {
     thread_local std::vector<qx::block> panel;
     if (panel.size() < nb) panel.resize(nb);

@@ -3,15 +3,15 @@
 // reads its blocks (quant/kquant_x16_avx2.hpp):
 //
 //   quant::detail::q40x16::pack(rows, row_bytes, n_rows, nb, panel);   // 16 rows -> nb panel blocks
-//   quant::detail::q40x16::tokens(panel, n_rows, a, bsum, nb, n_tokens, out, out_stride);
+//   quant::detail::q40x16::tokens(panel, n_rows, a, start, nb, n_tokens, out, out_stride);
 //
 // A panel block holds 16 rows x 32 values: qs[g][r] is row r's q4_0 bytes
 // 4g .. 4g + 3 (low nibbles values 4g + j, high nibbles 16 + 4g + j), so
 // packing moves 4-byte words only, and d per row. Per block and token, 8
 // rows per register: 8 vpmaddubsw (4 loads x low / high nibbles against the
 // token's 4-byte broadcasts) summed in int16 (at most 8 * 2 * 15 * 128 =
-// 30720 < 32767), one vpmaddwd by ones into int32, the code offset as -8
-// sum(a) of the block (bsum, exact), one convert and one FMA by d_w d_a
+// 30720 < 32767), one vpmaddwd by ones into int32, plus the code offset's
+// -8 sum(a) of the block (block_start, exact), one convert and one FMA by d_w d_a
 // (an exact product of two f16s) into the row's accumulator: per 256
 // products 9 integer multiplies, against the register tiles' 16 (and their
 // float step per row instead of per 8 rows). Measured on Zen 2 (TinyLlama
@@ -35,6 +35,7 @@
 
 #include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/legacy_format.hpp"
+#include "kestrel/quant/legacy_tokens.hpp"
 #include "kestrel/quant/token_groups.hpp"
 
 #if defined(KESTREL_KQUANT_X16_AVX2)  // the same ISA as the q4_K x16 kernel (AVX2, FMA, F16C, no VNNI)
@@ -71,10 +72,10 @@ inline void pack(const std::byte* rows, std::size_t row_bytes, std::size_t n_row
 inline constexpr std::size_t token_group = 4;
 
 /// acc[2t + h] (lane r = row 8h + r) = the dot of that row with token t <
-/// NT; a: the tokens' nb blocks each, stride apart; bsum8[t * stride + b] =
-/// 8 * sum of block b's codes.
+/// NT; a: the tokens' nb blocks each, stride apart; start[t * stride + b] =
+/// block_start<block_q4_0> of that block (-8 times its codes' sum).
 template <std::size_t NT>
-inline void group(const block* p, const block_q8_0* a, const std::int32_t* bsum8, std::size_t nb, std::size_t stride,
+inline void group(const block* p, const block_q8_0* a, const std::int32_t* start, std::size_t nb, std::size_t stride,
                   __m256* acc) noexcept {
   for (std::size_t k = 0; k < 2 * NT; ++k) acc[k] = _mm256_setzero_ps();
   const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
@@ -87,14 +88,11 @@ inline void group(const block* p, const block_q8_0* a, const std::int32_t* bsum8
       __m256i alo[NT], ahi[NT];
       for (std::size_t t = 0; t < NT; ++t) {
         const std::int8_t* q = a[t * stride + b].qs + 4 * g;
-        std::int32_t lo, hi;
-        std::memcpy(&lo, q, 4);
-        std::memcpy(&hi, q + 16, 4);
-        alo[t] = _mm256_set1_epi32(lo), ahi[t] = _mm256_set1_epi32(hi);
+        alo[t] = x16::bcast4(q), ahi[t] = x16::bcast4(q + 16);
       }
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m256i codes = _mm256_load_si256(reinterpret_cast<const __m256i*>(pb.qs[g][8 * h]));
+        const __m256i codes = x16::load8(pb.qs[g][8 * h]);
         const __m256i lo = _mm256_and_si256(codes, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), m0f);
         for (std::size_t t = 0; t < NT; ++t)
           s[t][h] = _mm256_add_epi16(s[t][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]), _mm256_maddubs_epi16(hi, ahi[t])));
@@ -102,9 +100,9 @@ inline void group(const block* p, const block_q8_0* a, const std::int32_t* bsum8
     }
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
-      const __m256 d = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.d + 8 * h)));
+      const __m256 d = x16::halfs(pb.d + 8 * h);
       for (std::size_t t = 0; t < NT; ++t) {
-        const __m256i S = _mm256_sub_epi32(_mm256_madd_epi16(s[t][h], ones), _mm256_set1_epi32(bsum8[t * stride + b]));
+        const __m256i S = _mm256_add_epi32(_mm256_madd_epi16(s[t][h], ones), _mm256_set1_epi32(start[t * stride + b]));
         const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(to_f32(a[t * stride + b].d)));
         acc[2 * t + h] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(S), acc[2 * t + h]);
       }
@@ -114,11 +112,11 @@ inline void group(const block* p, const block_q8_0* a, const std::int32_t* bsum8
 
 /// A panel (nb blocks, n_rows valid rows) against tokens [0, n_tokens):
 /// out[t * out_stride + r] for r < n_rows.
-inline void tokens(const block* p, std::size_t n_rows, const block_q8_0* a, const std::int32_t* bsum8, std::size_t nb,
+inline void tokens(const block* p, std::size_t n_rows, const block_q8_0* a, const std::int32_t* start, std::size_t nb,
                    std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
   for_token_groups<token_group>(n_tokens, [&]<std::size_t NT>(std::size_t t) {
     __m256 acc[2 * NT];
-    group<NT>(p, a + t * nb, bsum8 + t * nb, nb, nb, acc);
+    group<NT>(p, a + t * nb, start + t * nb, nb, nb, acc);
     for (std::size_t i = 0; i < NT; ++i) x16::store_panel(acc + 2 * i, n_rows, out + (t + i) * out_stride);
   });
 }
