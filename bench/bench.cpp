@@ -32,7 +32,8 @@
 // row is negligible) and the KV cache up to its position, so tg's bound is
 // read bandwidth / those bytes (the cache's at the test's mean position).
 // The read bandwidth is that of the weights themselves: streaming reads of
-// the decode matrices where the model placed them, two before the first
+// the decode matrices where the model placed them, each thread's share as
+// two streams side by side (as decode reads its rows), two before the first
 // repetition and two after each (untimed; median; JSON weights_gbps and
 // samples_weights_gbps, table column "weights GB/s"). The 1 GiB probe's
 // fresh buffer reads at 28 to 54 GB/s on this shared host depending on where
@@ -224,6 +225,45 @@ float sum_bytes_scalar(const std::byte* p, std::size_t n) {
   return static_cast<float>(a[0] + a[1] + a[2] + a[3]);
 }
 
+/// Sums of the n bytes at a and the n bytes at b, read side by side: two
+/// streams of loads per thread, 128 bytes of each in turn. On the Zen 2 host
+/// (/tmp harness, 1 GiB in huge pages, 2 threads, medians of 7) one stream
+/// per thread read 30.3-31.6 GB/s, two side by side 32.7-33.6, two in turns
+/// of 4 KiB or more 30.0-30.7; kestrel's decode walks its matrices two
+/// streams per thread (cpu::matvec, the x16 panels), and read its f32 weights
+/// at up to 1.2x the one-stream probe, a bound ratio above 1.
+__attribute__((target("avx512f"))) float sum_pair_avx512(const std::byte* a, const std::byte* b, std::size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+  std::size_t i = 0;
+  for (; i + 128 <= n; i += 128) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(a + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(a + i + 64));
+    b0 = _mm512_add_ps(b0, _mm512_loadu_ps(b + i));
+    b1 = _mm512_add_ps(b1, _mm512_loadu_ps(b + i + 64));
+  }
+  float tail = 0;
+  for (; i < n; ++i) tail += static_cast<float>(a[i]) + static_cast<float>(b[i]);
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(b0, b1))) + tail;
+}
+
+__attribute__((target("avx2"))) float sum_pair_avx2(const std::byte* a, const std::byte* b, std::size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0;
+  std::size_t i = 0;
+  for (; i + 128 <= n; i += 128)
+    for (std::size_t j = 0; j < 128; j += 64) {
+      a0 = _mm256_add_ps(a0, _mm256_loadu_ps(reinterpret_cast<const float*>(a + i + j)));
+      a1 = _mm256_add_ps(a1, _mm256_loadu_ps(reinterpret_cast<const float*>(a + i + j + 32)));
+      b0 = _mm256_add_ps(b0, _mm256_loadu_ps(reinterpret_cast<const float*>(b + i + j)));
+      b1 = _mm256_add_ps(b1, _mm256_loadu_ps(reinterpret_cast<const float*>(b + i + j + 32)));
+    }
+  float tail = 0;
+  for (; i < n; ++i) tail += static_cast<float>(a[i]) + static_cast<float>(b[i]);
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(b0, b1));
+  alignas(32) float l[8];
+  _mm256_store_ps(l, s);
+  return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7] + tail;
+}
+
 bool has_avx512() { return __builtin_cpu_supports("avx512f"); }
 bool has_vnni() { return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vnni"); }
 bool has_avx2() { return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"); }
@@ -235,14 +275,65 @@ float sum_bytes(const std::byte* p, std::size_t n) {
   return sum_bytes_scalar(p, n);
 }
 
+float sum_pair(const std::byte* a, const std::byte* b, std::size_t n) {
+  if (has_avx512()) return sum_pair_avx512(a, b, n);
+  if (has_avx2()) return sum_pair_avx2(a, b, n);
+  return sum_bytes_scalar(a, n) + sum_bytes_scalar(b, n);
+}
+
+using byte_runs = std::vector<std::span<const std::byte>>;
+
+/// Bytes [lo, hi) of the runs laid end to end, as runs.
+byte_runs slice_runs(const byte_runs& runs, std::size_t lo, std::size_t hi) {
+  byte_runs out;
+  std::size_t at = 0;
+  for (const auto& m : runs) {
+    const std::size_t a = std::max(lo, at), b = std::min(hi, at + m.size());
+    if (a < b) out.push_back(m.subspan(a - at, b - a));
+    at += m.size();
+  }
+  return out;
+}
+
+/// The streaming read of one thread's share: its two halves x and y side by
+/// side (sum_pair), whatever is left of the longer one alone.
+float read_halves(const byte_runs& x, const byte_runs& y) {
+  float acc = 0;
+  std::size_t i = 0, j = 0, oi = 0, oj = 0;  // run index and offset in each half
+  while (i < x.size() && j < y.size()) {
+    const std::size_t n = std::min(x[i].size() - oi, y[j].size() - oj);
+    acc += sum_pair(x[i].data() + oi, y[j].data() + oj, n);
+    if ((oi += n) == x[i].size()) ++i, oi = 0;
+    if ((oj += n) == y[j].size()) ++j, oj = 0;
+  }
+  for (; i < x.size(); ++i, oi = 0) acc += sum_bytes(x[i].data() + oi, x[i].size() - oi);
+  for (; j < y.size(); ++j, oj = 0) acc += sum_bytes(y[j].data() + oj, y[j].size() - oj);
+  return acc;
+}
+
+/// Each thread's share of the runs laid end to end, split into the two
+/// halves read_halves reads side by side.
+std::vector<std::pair<byte_runs, byte_runs>> thread_halves(const byte_runs& runs, std::size_t n_threads) {
+  std::size_t total = 0;
+  for (const auto& m : runs) total += m.size();
+  const std::size_t share = (total + n_threads - 1) / n_threads;
+  std::vector<std::pair<byte_runs, byte_runs>> out;
+  for (std::size_t t = 0; t < n_threads; ++t) {
+    const std::size_t lo = std::min(total, t * share), hi = std::min(total, lo + share), mid = lo + (hi - lo) / 2;
+    out.emplace_back(slice_runs(runs, lo, mid), slice_runs(runs, mid, hi));
+  }
+  return out;
+}
+
 struct bandwidth_probe {
   std::size_t n_threads = 0, bytes = 0;
   std::vector<double> samples_gbps;
   double gbps = 0;  // median
 };
 
-/// A streaming read of a 1 GiB buffer, split among the threads; GB/s
-/// (1e9 bytes), median of 7 runs after one untimed pass.
+/// A streaming read of a 1 GiB buffer, split among the threads, each
+/// reading the two halves of its slice side by side; GB/s (1e9 bytes),
+/// median of 7 runs after one untimed pass.
 bandwidth_probe probe_bandwidth(std::size_t n_threads) {
   bandwidth_probe r;
   r.n_threads = n_threads;
@@ -259,7 +350,8 @@ bandwidth_probe probe_bandwidth(std::size_t n_threads) {
   for (int run = 0; run < 8; ++run) {
     const double s = on_threads(n_threads, [&](std::size_t t) {
       const auto* slice = reinterpret_cast<const std::byte*>(buf + t * per);
-      sink[t] += sum_bytes(slice, per * sizeof(float));
+      const std::size_t half = per * sizeof(float) / 2;
+      sink[t] += sum_pair(slice, slice + half, half);
     });
     if (run > 0) r.samples_gbps.push_back(static_cast<double>(per * n_threads * sizeof(float)) / s / 1e9);
   }
@@ -271,8 +363,8 @@ bandwidth_probe probe_bandwidth(std::size_t n_threads) {
 
 /// The bytes decode streams per token: every layer matrix and the output
 /// matrix (tied embeddings: the same memory, once), where the model placed them.
-std::vector<std::span<const std::byte>> decode_matrices(const kestrel::llama_weights& w) {
-  std::vector<std::span<const std::byte>> out;
+byte_runs decode_matrices(const kestrel::llama_weights& w) {
+  byte_runs out;
   auto add = [&](const kestrel::weight_view& v) {
     if (v.data) out.emplace_back(static_cast<const std::byte*>(v.data), v.bytes());
   };
@@ -284,35 +376,26 @@ std::vector<std::span<const std::byte>> decode_matrices(const kestrel::llama_wei
 
 /// One streaming read of the matrices decode reads, as the model placed them
 /// (huge-page copy or file mapping, wherever the host put those pages), split
-/// into n_threads equal shares of the bytes; GB/s. The 1 GiB probe measures
-/// a fresh buffer: on this shared host its rate moves by up to 2x with where
-/// the buffer and the cores land (28 to 54 GB/s within one run), while the
-/// weights stay where they are, so the decode bound is taken from this one,
-/// sampled between the timed repetitions.
+/// into n_threads equal shares of the bytes, each share's halves read side by
+/// side as decode reads its rows (read_halves); GB/s. The 1 GiB probe
+/// measures a fresh buffer: on this shared host its rate moves by up to 2x
+/// with where the buffer and the cores land (28 to 54 GB/s within one run),
+/// while the weights stay where they are, so the decode bound is taken from
+/// this one, sampled between the timed repetitions.
 /// A model under 256 MiB is read several times over in one call (as decode
 /// reads it once per token, from whatever cache level holds it), so that
 /// starting the threads (~0.1 ms) stays small against the reading: a 1 MB
 /// model read once measured 10 GB/s and a bound ratio of 3.6.
-double probe_weights_once(const std::vector<std::span<const std::byte>>& mats, std::size_t n_threads) {
+double probe_weights_once(const byte_runs& mats, std::size_t n_threads) {
   std::size_t total = 0;
   for (const auto& m : mats) total += m.size();
   if (total == 0) return 0;
-  const std::size_t share = (total + n_threads - 1) / n_threads;
+  const auto halves = thread_halves(mats, n_threads);
   const std::size_t passes = std::max<std::size_t>(1, (std::size_t{256} << 20) / total);
   std::vector<float> sink(n_threads);
   const double s = on_threads(n_threads, [&](std::size_t t) {
-    // bytes [t * share, (t + 1) * share) of the matrices laid end to end
-    std::size_t lo = t * share, hi = std::min(total, lo + share);
     float acc = 0;
-    for (std::size_t pass = 0; pass < passes; ++pass) {
-      std::size_t at = 0;
-      for (const auto& m : mats) {
-        const std::size_t a = std::max(lo, at), b = std::min(hi, at + m.size());
-        if (a < b)
-          acc += sum_bytes(m.data() + (a - at), b - a);
-        at += m.size();
-      }
-    }
+    for (std::size_t pass = 0; pass < passes; ++pass) acc += read_halves(halves[t].first, halves[t].second);
     sink[t] = acc;
   });
   if (sink[0] == 0.5f) std::fprintf(stderr, " ");  // keeps the sums alive
