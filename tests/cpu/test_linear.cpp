@@ -318,13 +318,15 @@ TEST_CASE("cpu: k-quant matvec / matmul == scalar twins") {
 
 namespace {
 
+/// W (kquant_weight or legacy_weight of X's row-major type) interleaved.
 template <class X>
 struct x16_weight {
   using B = typename q::x16_source<X>::type;
   std::vector<X> panels;
   kestrel::weight_view view;
-  x16_weight(const kquant_weight<B>& w, dtype type) {
-    const std::size_t rows = w.view.rows, nb = w.view.cols / q::qk_k, n_panels = (rows + 15) / 16;
+  template <class W>
+  x16_weight(const W& w, dtype type) {
+    const std::size_t rows = w.view.rows, nb = w.view.cols / X::values, n_panels = (rows + 15) / 16;
     panels.resize(n_panels * nb);
     q::pack_x16_panels(reinterpret_cast<const std::byte*>(w.blocks.data()), nb * sizeof(B), rows, w.view.cols, 0,
                        n_panels, panels.data());
@@ -452,9 +454,44 @@ struct legacy_weight {
   }
 };
 
+/// x's n_tokens rows quantized as the legacy paths quantize them.
+template <class B>
+std::vector<q::activation_of_t<B>> legacy_acts(const std::vector<float>& x, std::size_t n_tokens, std::size_t cols) {
+  std::vector<q::activation_of_t<B>> a(n_tokens * (cols / 32));
+  for (std::size_t t = 0; t < n_tokens; ++t) q::quantize_row(x.data() + t * cols, a.data() + t * (cols / 32), cols);
+  return a;
+}
+
+/// The tolerance of each (token, row) output above: 2 gamma_(2nb+8) T.
+template <class B>
+std::vector<double> legacy_tol(const legacy_weight<B>& w, const std::vector<q::activation_of_t<B>>& a,
+                               std::size_t n_tokens) {
+  const std::size_t rows = w.view.rows, cols = w.view.cols, nb = cols / 32;
+  std::vector<double> tol(n_tokens * rows);
+  std::vector<float> wf(cols);
+  for (std::size_t r = 0; r < rows; ++r) {
+    q::dequantize_row(w.blocks.data() + r * nb, wf.data(), cols);
+    for (std::size_t t = 0; t < n_tokens; ++t) {
+      double T = 0;
+      for (std::size_t b = 0; b < nb; ++b) {
+        const auto& ab = a[t * nb + b];
+        double m = 0, s = 0;
+        if constexpr (q::has_offset_m<B>) {
+          m = kestrel::to_f32(w.blocks[r * nb + b].m);
+          s = kestrel::to_f32(ab.s);
+        }
+        const double da = kestrel::to_f32(ab.d);
+        for (std::size_t j = 0; j < 32; ++j) T += std::fabs((double(wf[b * 32 + j]) - m) * da * ab.qs[j]);
+        T += std::fabs(m * s);
+      }
+      tol[t * rows + r] = 2 * gamma_n(2 * nb + 8) * T;
+    }
+  }
+  return tol;
+}
+
 template <class B>
 void check_legacy_linear(dtype type) {
-  using A = q::activation_of_t<B>;
   cpu::thread_pool pool2(2), pool3(3);
   struct shape { std::size_t rows, cols; };
   // 16-row panels (partial ones too); 70 rows x 4096 columns pass a tile of
@@ -475,41 +512,24 @@ void check_legacy_linear(dtype type) {
         check_dequant_gemm(w.view, x, n_tokens);
         continue;
       }
-      const std::size_t n = n_tokens * rows, nb = cols / 32;
+      const std::size_t n = n_tokens * rows;
       std::vector<float> want(n), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
       ref::matmul(w.view, x.data(), n_tokens, want.data(), nullptr);
       cpu::matmul(w.view, x.data(), n_tokens, got.data(), nullptr);
       cpu::matmul(w.view, x.data(), n_tokens, got2.data(), &pool2);
       cpu::matmul(w.view, x.data(), n_tokens, got3.data(), &pool3);
 
-      std::vector<A> a(n_tokens * nb);
-      for (std::size_t t = 0; t < n_tokens; ++t) q::quantize_row(x.data() + t * cols, a.data() + t * nb, cols);
-      std::vector<double> tol(n);
-      std::vector<float> wf(cols);
+      const auto a = legacy_acts<B>(x, n_tokens, cols);
+      const auto tol = legacy_tol(w, a, n_tokens);
       bool fused_same = true;
-      for (std::size_t r = 0; r < rows; ++r) {
-        q::dequantize_row(w.blocks.data() + r * nb, wf.data(), cols);
-        for (std::size_t t = 0; t < n_tokens; ++t) {
-          double T = 0;
-          for (std::size_t b = 0; b < nb; ++b) {
-            const A& ab = a[t * nb + b];
-            double m = 0, s = 0;
-            if constexpr (q::has_offset_m<B>) {
-              m = kestrel::to_f32(w.blocks[r * nb + b].m);
-              s = kestrel::to_f32(ab.s);
-            }
-            const double da = kestrel::to_f32(ab.d);
-            for (std::size_t j = 0; j < 32; ++j) T += std::fabs((double(wf[b * 32 + j]) - m) * da * ab.qs[j]);
-            T += std::fabs(m * s);
-          }
-          tol[t * rows + r] = 2 * gamma_n(2 * nb + 8) * T;
 #if defined(KESTREL_LEGACY_PANEL)
-          if (n_tokens <= q::decode_max_tokens) continue;  // the decode kernel: bounded, not dot_fused's bits
+      const std::size_t nb = cols / 32;
+      for (std::size_t r = 0; r < rows && n_tokens > q::decode_max_tokens; ++r)  // else the decode kernel: bounded
+        for (std::size_t t = 0; t < n_tokens; ++t) {
           const float f = q::ref::dot_fused(w.blocks.data() + r * nb, a.data() + t * nb, cols);
           fused_same = fused_same && std::memcmp(&f, &got[t * rows + r], sizeof f) == 0;
-#endif
         }
-      }
+#endif
       kestrel::test::check_within(got.data(), want.data(), tol, n);
       CHECK(fused_same);
       // Threads split panels of rows, never a row's sum: bit-identical to one thread.
@@ -535,6 +555,85 @@ void check_legacy_linear(dtype type) {
 }
 
 }  // namespace
+
+// ---- q4_0 interleaved by 16 rows (dtype::q4_0_x16, quant/legacy_x16.hpp) ----
+//
+// The same matrix row-major and interleaved: the x16 scalar twin equal to
+// the row-major twin bit for bit; the interleaved matmul / matvec / fused
+// forms within the legacy tolerance of the twin (the x16 kernel's bound
+// gamma_nb T is inside it); every token's outputs the same bits alone or
+// among others, on 1-3 threads; with the AVX2 x16 kernel, past
+// decode_max_tokens, the same bits as the row-major q4_0 (whose prefill
+// packs the same panels per call); row_to_f32 equal.
+
+namespace {
+
+void check_q4_0_x16_linear() {
+  using B = q::block_q4_0;
+  cpu::thread_pool pool2(2), pool3(3);
+  struct shape { std::size_t rows, cols; };
+  const shape shapes[] = {{1, 32}, {5, 96}, {16, 512}, {17, 1024}, {33, 2048}, {70, 4096}};
+  for (auto [rows, cols] : shapes)
+    for (std::size_t n_tokens : {1, 2, 3, 5, 8, 13, 45}) {
+      if ((n_tokens == 45) != (rows == 70)) continue;  // keep the scalar twins' share quick
+      const auto seed = static_cast<std::uint32_t>(rows * 41 + cols + n_tokens);
+      legacy_weight<B> w(dtype::q4_0, rows, cols, seed);
+      x16_weight<q::block_q4_0_x16> wx(w, dtype::q4_0_x16);
+      const auto x = random_floats(n_tokens * cols, seed + 7, -2.0f, 2.0f);
+      INFO("q4_0_x16 rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
+      const std::size_t n = n_tokens * rows;
+      std::vector<float> want(n), twin(n, -1.0f), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
+      ref::matmul(w.view, x.data(), n_tokens, want.data(), nullptr);
+      ref::matmul(wx.view, x.data(), n_tokens, twin.data(), nullptr);
+      cpu::matmul(wx.view, x.data(), n_tokens, got.data(), nullptr);
+      cpu::matmul(wx.view, x.data(), n_tokens, got2.data(), &pool2);
+      cpu::matmul(wx.view, x.data(), n_tokens, got3.data(), &pool3);
+      CHECK(twin == want);
+      kestrel::test::check_within(got.data(), want.data(), legacy_tol(w, legacy_acts<B>(x, n_tokens, cols), n_tokens), n);
+      CHECK(got2 == got);
+      CHECK(got3 == got);
+#if defined(KESTREL_Q4_0_X16_AVX2)
+      if (n_tokens > q::decode_max_tokens) {
+        std::vector<float> row_major(n, -1.0f);
+        cpu::matmul(w.view, x.data(), n_tokens, row_major.data(), &pool2);
+        CHECK(got == row_major);
+      }
+#endif
+      bool same = true;  // each token alone (matvec) gives the bits it gets among the others
+      for (std::size_t t = 0; t < n_tokens; ++t) {
+        std::vector<float> one(rows, -1.0f);
+        cpu::matvec(wx.view, x.data() + t * cols, one.data(), &pool3);
+        same = same && std::equal(one.begin(), one.end(), got.begin() + t * rows);
+      }
+      CHECK(same);
+      if (n_tokens == 1) {
+        // fused with a row-major matrix of another row count, and SwiGLU
+        // with an interleaved gate and a row-major up: row blocks of 16 and 4
+        std::vector<float> y0(rows, -1.0f), y1(cols / 8 + 1, -1.0f), h(rows), up(rows), h_want(rows), up_want(rows);
+        legacy_weight<B> other(dtype::q4_0, cols / 8 + 1, cols, seed + 9);
+        const cpu::matvec_job jobs[] = {{&wx.view, y0.data()}, {&other.view, y1.data()}};
+        cpu::matvec_fused(jobs, x.data(), &pool3);
+        CHECK(std::equal(y0.begin(), y0.end(), got.begin()));
+        std::vector<float> y1_want(other.view.rows);
+        cpu::matvec(other.view, x.data(), y1_want.data(), nullptr);
+        CHECK(y1 == y1_want);
+        cpu::matvec_swiglu(wx.view, w.view, x.data(), h.data(), up.data(), &pool3);
+        cpu::matvec(w.view, x.data(), up_want.data(), nullptr);
+        cpu::swiglu(h_want.data(), got.data(), up_want.data(), rows);
+        CHECK(h == h_want);
+      }
+      std::vector<float> r0(cols), r1(cols);
+      for (std::size_t r = 0; r < rows; r += 3) {
+        cpu::row_to_f32(w.view, r, r0.data());
+        cpu::row_to_f32(wx.view, r, r1.data());
+        CHECK(r0 == r1);
+      }
+    }
+}
+
+}  // namespace
+
+TEST_CASE("cpu: q4_0_x16 matvec / matmul / fused forms == the row-major scalar twin") { check_q4_0_x16_linear(); }
 
 TEST_CASE("cpu: legacy-quant matvec / matmul == scalar twins, decode == prefill") {
   check_legacy_linear<q::block_q4_0>(dtype::q4_0);

@@ -348,10 +348,25 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
   }
 }
 
-TEST_CASE("q4_K and q6_K matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {
-  // A q4_K (then q6_K) model with the output tied to the embeddings (so the
-  // embedding lookup reads the interleaved matrix too), through a GGUF file.
-  for (const auto [type, interleaved] : {std::pair{dtype::q4_k, dtype::q4_k_x16}, std::pair{dtype::q6_k, dtype::q6_k_x16}}) {
+TEST_CASE("q4_K, q6_K and q4_0 matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {
+  // A q4_K (then q6_K, q4_0) model with the output tied to the embeddings
+  // (so the embedding lookup reads the interleaved matrix too), through a
+  // GGUF file. The k-quants are interleaved with AVX2 or AVX-512 VNNI, q4_0
+  // with AVX2 and without VNNI (whose row-major q4_0 kernels stay).
+#if defined(KESTREL_X16_KERNEL)
+  constexpr bool kquants_x16 = true;
+#else
+  constexpr bool kquants_x16 = false;  // the interleaved kernels need AVX2 (or AVX-512 VNNI)
+#endif
+#if defined(KESTREL_Q4_0_X16_AVX2)
+  constexpr bool q4_0_x16 = true;
+#else
+  constexpr bool q4_0_x16 = false;
+#endif
+  struct layout { dtype type, interleaved; bool at_load; };
+  for (const auto [type, interleaved, at_load] : {layout{dtype::q4_k, dtype::q4_k_x16, kquants_x16},
+                                                  layout{dtype::q6_k, dtype::q6_k_x16, kquants_x16},
+                                                  layout{dtype::q4_0, dtype::q4_0_x16, q4_0_x16}}) {
     CAPTURE(name_of(type));
     const auto hp = test::random_llama_shape();
     auto mem = test::quantized_copy(test::random_llama(hp, dtype::f32, 7), type);
@@ -362,11 +377,7 @@ TEST_CASE("q4_K and q6_K matrices copied at load are interleaved by 16 rows: the
     REQUIRE(file.output.type == type);
     llama_weights moved = file;
     cpu_backend(2).prepare_weights(moved);
-  #if defined(KESTREL_X16_KERNEL)
-    const dtype want_type = transparent_huge_pages() ? interleaved : type;
-  #else
-    const dtype want_type = type;  // the interleaved kernels need AVX2 (or AVX-512 VNNI)
-  #endif
+    const dtype want_type = at_load && transparent_huge_pages() ? interleaved : type;
     MESSAGE(name_of(type) << " matrices after prepare_weights: " << name_of(want_type));
     auto same_rows = [](const weight_view& a, const weight_view& b) {
       std::vector<float> ra(a.cols), rb(b.cols);

@@ -208,13 +208,13 @@ inline bool takes_dequant_gemm(const weight_view& w, std::size_t n_tokens) noexc
   // t/s dequantized into this GEMM / x16 kernel) 128 tokens 95 / 108, 256
   // tokens 96 / 107, 512 tokens 92 / 102; 110M 512 tokens 889 / 985.
 #if defined(KESTREL_Q4_0_X16_AVX2)
-  // q4_0 too (quant/legacy_x16_avx2.hpp): TinyLlama q4_0, t/s int8 tiles
+  // q4_0 too, row-major or q4_0_x16 (quant/legacy_x16_avx2.hpp): TinyLlama q4_0, t/s int8 tiles
   // or this GEMM / the q4_0 panels: 16 tokens 72 / 74, 32 76 / 84, 64 77 /
   // 89, 512 90.5 / 90; 110M 512 tokens 874 / 874.
   if (w.type == dtype::q4_0) return false;
 #endif
-  return n_tokens >= dequant_gemm_min_tokens && w.type != dtype::q4_k_x16 && w.type != dtype::q6_k_x16 &&
-         w.cols > 0 && w.cols % block_size(w.type) == 0;
+  return n_tokens >= dequant_gemm_min_tokens && panel_rows(w.type) == 1 && w.cols > 0 &&
+         w.cols % block_size(w.type) == 0;
 }
 #else
 // With VNNI (or without AVX2) the int8 kernels take every call.

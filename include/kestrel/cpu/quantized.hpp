@@ -12,8 +12,10 @@
 // quant/legacy_tokens.hpp), bit-identical to quant::ref::dot_fused; the two
 // agree within derived rounding bounds, not bit for bit
 // (tests/cpu/test_linear.cpp); with AVX2 alone more tokens take, for q4_0,
-// 16-row panels packed per call (q4_0_x16_linear below,
-// quant/legacy_x16_avx2.hpp), for the other legacy types register tiles of
+// 16-row panels packed per call (q4_0_packed_linear below,
+// quant/legacy_x16_avx2.hpp; cpu_backend gives q4_0 matrices that layout at
+// load, dtype::q4_0_x16, whose every call takes that kernel:
+// q4_0_x16_linear), for the other legacy types register tiles of
 // 2 rows x 4 tokens (quant/legacy_tiles_avx2.hpp); without AVX2,
 // quant::dot per (row, token). (With AVX2 alone, cpu::matmul hands calls of
 // at least dequant_gemm_min_tokens tokens, of every block type but q4_0
@@ -44,6 +46,7 @@
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquant_x16.hpp"
+#include "kestrel/quant/legacy_x16.hpp"
 #include "kestrel/quant/legacy_x16_avx2.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
@@ -274,28 +277,79 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
 }
 
 #if defined(KESTREL_Q4_0_X16_AVX2)
-/// Y = X W^T for q4_0 W through 16-row panels packed per call
-/// (quant/legacy_x16_avx2.hpp): threads split the panels, each packs its
-/// panel (nb x 288 bytes, in L1 / L2) and runs every token against it.
-inline void q4_0_x16_linear(const std::byte* base, std::size_t row_bytes, std::size_t rows,
-                            const quant::block_q8_0* a, std::size_t nb, std::size_t n_tokens, float* y,
-                            thread_pool* pool) {
+/// block_start<block_q4_0> (-8 times the codes' sum) of the n activation
+/// blocks at a, into a per-thread buffer grown, never shrunk; valid until
+/// the thread's next call.
+inline const std::int32_t* q4_0_block_starts(const quant::block_q8_0* a, std::size_t n) {
+  thread_local std::vector<std::int32_t> start;
+  if (start.size() < n) start.resize(n);
+  for (std::size_t i = 0; i < n; ++i) start[i] = quant::block_start<quant::block_q4_0>(a[i]);
+  return start.data();
+}
+
+/// Y = X W^T for row-major q4_0 W (a matrix read in place from the file,
+/// weight_placement::file) past decode_max_tokens tokens, through the
+/// q4_0_x16 kernel over panels packed per call (quant/legacy_x16_avx2.hpp):
+/// threads split the panels, each packs its panel (nb x 288 bytes, in L1 /
+/// L2) and runs every token against it.
+inline void q4_0_packed_linear(const std::byte* base, std::size_t row_bytes, std::size_t rows,
+                               const quant::block_q8_0* a, std::size_t nb, std::size_t n_tokens, float* y,
+                               thread_pool* pool) {
   namespace qx = quant::detail::q40x16;
-  thread_local std::vector<std::int32_t> start;  // (n_tokens, nb): -8 * each block's code sum; grown, never shrunk
-  if (start.size() < n_tokens * nb) start.resize(n_tokens * nb);
-  for (std::size_t i = 0; i < n_tokens * nb; ++i) start[i] = quant::block_start<quant::block_q4_0>(a[i]);
-  const std::int32_t* bs = start.data();
+  const std::int32_t* bs = q4_0_block_starts(a, n_tokens * nb);
   parallel_for(pool, (rows + 15) / 16, [&](std::size_t p0, std::size_t p1) {
-    thread_local std::vector<qx::block> panel;
+    thread_local std::vector<quant::block_q4_0_x16> panel;
     if (panel.size() < nb) panel.resize(nb);
     for (std::size_t p = p0; p < p1; ++p) {
       const std::size_t nr = std::min<std::size_t>(16, rows - 16 * p);
-      qx::pack(base + 16 * p * row_bytes, row_bytes, nr, nb, panel.data());
+      quant::pack_x16(base + 16 * p * row_bytes, row_bytes, nr, nb, panel.data());
       qx::tokens(panel.data(), nr, a, bs, nb, n_tokens, y + 16 * p, rows);
     }
   }, n_tokens * rows * nb * 32);
 }
 #endif
+
+/// Y(n_tokens, rows) = X W^T with W in q4_0_x16 (quant/legacy_x16.hpp), the
+/// layout cpu_backend gives q4_0 matrices with AVX2 and without AVX-512
+/// VNNI: threads split the panels; the kernel of quant/legacy_x16_avx2.hpp
+/// takes every call, decode two panels at a time, more tokens in groups of
+/// 4, the same instructions per (row, token) either way, so a token's
+/// outputs do not depend on the tokens beside it. Without it, and for the
+/// reference, the scalar twin per (row, token).
+inline void q4_0_x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
+                            bool reference) {
+  const std::size_t cols = w.cols, rows = w.rows, nb = cols / 32, n_panels = (rows + 15) / 16;
+  if (nb == 0) {
+    std::fill(y, y + n_tokens * rows, 0.0f);
+    return;
+  }
+  const auto* const a = quantize_activations<quant::block_q8_0>(x, n_tokens, cols, pool, reference);
+  const auto* const panels = static_cast<const quant::block_q4_0_x16*>(w.data);
+  const std::size_t work = n_tokens * rows * cols;
+#if defined(KESTREL_Q4_0_X16_AVX2)
+  if (!reference) {
+    namespace qx = quant::detail::q40x16;
+    const std::int32_t* bs = q4_0_block_starts(a, n_tokens * nb);
+    parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+      if (n_tokens == 1) {
+        // Decode: the range's whole panels in two halves walked side by side.
+        const std::size_t whole = std::min(p1, rows / 16), half = whole > p0 ? (whole - p0) / 2 : 0;
+        qx::pairs(panels + p0 * nb, half, a, bs, nb, y + 16 * p0);
+        p0 += 2 * half;
+      }
+      for (std::size_t p = p0; p < p1; ++p)
+        qx::tokens(panels + p * nb, std::min<std::size_t>(16, rows - 16 * p), a, bs, nb, n_tokens, y + 16 * p, rows);
+    }, work);
+    return;
+  }
+#endif
+  parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+    for (std::size_t p = p0; p < p1; ++p)
+      for (std::size_t r = 16 * p; r < std::min(rows, 16 * p + 16); ++r)
+        for (std::size_t t = 0; t < n_tokens; ++t)
+          y[t * rows + r] = quant::ref::dot_x16(panels + p * nb, r % 16, a + t * nb, cols);
+  }, work);
+}
 
 /// Y(n_tokens, rows) = X W^T with W in q4_K_x16 or q6_K_x16 (X, quant/kquant_x16.hpp):
 /// threads split the panels. With AVX-512 VNNI, calls of at least
@@ -371,6 +425,7 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
                            " values is not a whole number of blocks");
   if (w.type == dtype::q4_k_x16) return x16_linear<quant::block_q4_K_x16>(w, x, n_tokens, y, pool, reference);
   if (w.type == dtype::q6_k_x16) return x16_linear<quant::block_q6_K_x16>(w, x, n_tokens, y, pool, reference);
+  if (w.type == dtype::q4_0_x16) return q4_0_x16_linear(w, x, n_tokens, y, pool, reference);
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
     using A = typename activation_block<B>::type;
@@ -447,7 +502,7 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
 #if defined(KESTREL_Q4_0_X16_AVX2)
     if constexpr (std::is_same_v<B, quant::block_q4_0>) {
       if (!reference) {  // prefill (past decode_max_tokens), every length
-        q4_0_x16_linear(base, row_bytes, w.rows, a, nb, n_tokens, y, pool);
+        q4_0_packed_linear(base, row_bytes, w.rows, a, nb, n_tokens, y, pool);
         return;
       }
     }
@@ -482,6 +537,9 @@ inline void quantized_row_to_f32(const weight_view& w, std::size_t row, float* o
     return quant::dequantize_x16_row(static_cast<const quant::block_q4_K_x16*>(w.data) + row / 16 * nb, row % 16, nb, out);
   if (w.type == dtype::q6_k_x16)
     return quant::dequantize_x16_row(static_cast<const quant::block_q6_K_x16*>(w.data) + row / 16 * nb, row % 16, nb, out);
+  if (w.type == dtype::q4_0_x16)
+    return quant::dequantize_x16_row(static_cast<const quant::block_q4_0_x16*>(w.data) + row / 16 * (w.cols / 32),
+                                     row % 16, w.cols / 32, out);
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
     const auto* p = reinterpret_cast<const B*>(static_cast<const std::byte*>(w.data) + row * w.row_bytes());

@@ -268,13 +268,14 @@ inline float vec_dot_x16(const X* panel, std::size_t r, const block_q8_K* a, std
 }
 }  // namespace ref
 
-/// Row r of an x16 panel (nb blocks) as n = 256 nb floats.
+/// Row r of an x16 panel (nb blocks) as X::values nb floats (any x16 type
+/// whose unpack_x16 and dequantize_row are declared where this is used).
 template <class X>
 inline void dequantize_x16_row(const X* panel, std::size_t r, std::size_t nb, float* y) {
   for (std::size_t b = 0; b < nb; ++b) {
     typename x16_source<X>::type x;
     unpack_x16(panel + b, r, 1, &x);
-    dequantize_row(&x, y + b * qk_k, qk_k);
+    dequantize_row(&x, y + b * X::values, X::values);
   }
 }
 

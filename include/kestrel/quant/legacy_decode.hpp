@@ -549,7 +549,11 @@ inline __m256i pair_sum(__m256i wl, __m256i wh, __m256i al, __m256i ah, const ac
     ph = _mm256_maddubs_epi16(wh, ah);
   }
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i s = _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
+  __m256i s;
+  if constexpr (std::is_same_v<W, block_q8_0>)
+    s = _mm256_add_epi32(_mm256_madd_epi16(pl, ones), _mm256_madd_epi16(ph, ones));
+  else  // codes <= 31, |q_a| <= 127: |pl + ph| <= 4 * 31 * 127 = 15748, an int16
+    s = _mm256_madd_epi16(_mm256_add_epi16(pl, ph), ones);
   if constexpr (start_avx2<W>)
     return _mm256_add_epi32(s, _mm256_load_si256(reinterpret_cast<const __m256i*>(x.start)));
   else

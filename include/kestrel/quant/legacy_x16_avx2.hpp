@@ -1,32 +1,41 @@
-// kestrel/quant/legacy_x16_avx2.hpp: q4_0 prefill on AVX2 without AVX-512
-// VNNI through 16-row panels packed per call, read as the q4_K x16 kernel
-// reads its blocks (quant/kquant_x16_avx2.hpp):
+// kestrel/quant/legacy_x16_avx2.hpp: q4_0 on AVX2 without AVX-512 VNNI
+// through 16-row panels (quant/legacy_x16.hpp's block_q4_0_x16), read as
+// the q4_K x16 kernel reads its blocks (quant/kquant_x16_avx2.hpp). Every
+// call on a q4_0_x16 matrix (what cpu_backend makes of a file's q4_0 at
+// load) and prefill on a row-major one (panels packed per call) take it:
 //
-//   quant::detail::q40x16::pack(rows, row_bytes, n_rows, nb, panel);   // 16 rows -> nb panel blocks
 //   quant::detail::q40x16::tokens(panel, n_rows, a, start, nb, n_tokens, out, out_stride);
+//   quant::detail::q40x16::pairs(panels, half, a, start, nb, out);  // decode: two panels side by side
 //
-// A panel block holds 16 rows x 32 values: qs[g][r] is row r's q4_0 bytes
-// 4g .. 4g + 3 (low nibbles values 4g + j, high nibbles 16 + 4g + j), so
-// packing moves 4-byte words only, and d per row. Per block and token, 8
-// rows per register: 8 vpmaddubsw (4 loads x low / high nibbles against the
-// token's 4-byte broadcasts) summed in int16 (at most 8 * 2 * 15 * 128 =
-// 30720 < 32767), one vpmaddwd by ones into int32, plus the code offset's
-// -8 sum(a) of the block (block_start, exact), one convert and one FMA by d_w d_a
-// (an exact product of two f16s) into the row's accumulator: per 256
-// products 9 integer multiplies, against the register tiles' 16 (and their
-// float step per row instead of per 8 rows). Measured on Zen 2 (TinyLlama
-// q4_0, 2 threads, alternated, t/s before / with these panels): 16 tokens
-// 72 / 74, 32 76 / 84, 64 77 / 89 (the register tiles before), 512 90.5 /
-// 90 (the float GEMM over dequantized panels before, which this replaces
-// too, as one path for every prefill length); 110M 512 tokens 874 / 874.
+// Per block and token, 8 rows per register: 8 vpmaddubsw (4 loads x low /
+// high nibbles against the token's 4-byte broadcasts) summed in int16 (at
+// most 8 * 2 * 15 * 128 = 30720 < 32767), one vpmaddwd by ones into int32,
+// plus the code offset's -8 sum(a) of the block (block_start, exact), one
+// convert and one FMA by d_w d_a (an exact product of two f16s) into the
+// row's accumulator: per 256 products 9 integer multiplies, against 12 for
+// the row-major decode kernel (legacy_decode.hpp) and 16 for the register
+// tiles, and the scales' float steps per 8 rows instead of per row.
+// Measured on Zen 2:
+// - Decode, one thread, 2048 columns, GB/s of weights (/tmp harness): in L2
+//   the row-major decode kernel 16-17, these panels 30-31 (so the row-major
+//   kernel read DRAM no faster than it computed: 15.3); from DRAM, 75 MB,
+//   one panel at a time 13.3, two side by side (pairs) 19-20.5.
+//   kestrel-bench tg64, 2 threads, alternated, t/s row-major / q4_0_x16:
+//   TinyLlama 45.0 / 47.5, 110M 332 / 363.
+// - Prefill, panels packed per call against the row-major kernels before
+//   (TinyLlama q4_0, 2 threads, t/s): 16 tokens 72 / 74, 32 76 / 84, 64 77
+//   / 89, 512 90.5 / 90 (the float GEMM over dequantized panels before);
+//   110M 512 tokens 874 / 874. Interleaved at load instead of per call:
+//   64 tokens 90 / 97, 512 90 / 91.5.
 // Per block this kernel spends 7 float and integer steps per 8 rows and
 // token on the scales, where q4_K's spends them per 256 values: q4_K x16
 // prefill runs about 15% faster.
 //
 // Bits: S = sum (v - 8) a over the block is exact, each block adds one
 // rounding: |result - exact| <= gamma_nb T, inside the tiles' bound; each
-// token runs the same instructions whatever the group, so a token's result
-// does not depend on the tokens beside it.
+// (row, token) runs the same instructions whatever the token group or the
+// panel beside it, so a token's result does not depend on the tokens beside
+// it, and packing per call gives the bits of the interleaved matrix.
 #pragma once
 
 #include <cstddef>
@@ -35,6 +44,7 @@
 
 #include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/legacy_format.hpp"
+#include "kestrel/quant/legacy_x16.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
 #include "kestrel/quant/token_groups.hpp"
 
@@ -44,45 +54,26 @@
 
 namespace kestrel::quant::detail::q40x16 {
 
-struct alignas(32) block {
-  std::uint8_t qs[4][16][4];  // [g][r]: row r's q4_0 bytes 4g .. 4g + 3
-  f16 d[16];
-};
-static_assert(sizeof(block) == 288);
-
-/// Rows [0, n_rows) (n_rows <= 16, row_bytes apart, nb q4_0 blocks each)
-/// as nb panel blocks; rows past n_rows are zero (d = 0).
-inline void pack(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb, block* out) noexcept {
-  for (std::size_t b = 0; b < nb; ++b) {
-    block& o = out[b];
-    for (std::size_t r = 0; r < 16; ++r) {
-      if (r < n_rows) {
-        const block_q4_0& x = reinterpret_cast<const block_q4_0*>(rows + r * row_bytes)[b];
-        for (int g = 0; g < 4; ++g) std::memcpy(o.qs[g][r], x.qs + 4 * g, 4);
-        o.d[r] = x.d;
-      } else {
-        for (int g = 0; g < 4; ++g) std::memset(o.qs[g][r], 0, 4);
-        o.d[r] = f16{};
-      }
-    }
-  }
-}
+using block = block_q4_0_x16;
 
 /// Token groups per pass over a panel (as the q4_K x16 kernel).
 inline constexpr std::size_t token_group = 4;
 
-/// acc[2t + h] (lane r = row 8h + r) = the dot of that row with token t <
-/// NT; a: the tokens' nb blocks each, stride apart; start[t * stride + b] =
-/// block_start<block_q4_0> of that block (-8 times its codes' sum).
-template <std::size_t NT>
-inline void group(const block* p, const block_q8_0* a, const std::int32_t* start, std::size_t nb, std::size_t stride,
-                  __m256* acc) noexcept {
-  for (std::size_t k = 0; k < 2 * NT; ++k) acc[k] = _mm256_setzero_ps();
+/// acc[2 (NP t + i) + h] (lane r = row 8h + r of panel p[i]) = the dot of
+/// that row with token t < NT; a: the tokens' nb blocks each, stride apart;
+/// start[t * stride + b] = block_start<block_q4_0> of that block (-8 times
+/// its codes' sum). Every (row, token) runs the same instructions whatever
+/// NT and NP: the same bits alone, among other tokens or beside another
+/// panel.
+template <std::size_t NT, std::size_t NP>
+inline void group(const block* const* p, const block_q8_0* a, const std::int32_t* start, std::size_t nb,
+                  std::size_t stride, __m256* acc) noexcept {
+  for (std::size_t k = 0; k < 2 * NT * NP; ++k) acc[k] = _mm256_setzero_ps();
   const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
   for (std::size_t b = 0; b < nb; ++b) {
-    const block& pb = p[b];
-    __m256i s[NT][2];
-    for (std::size_t t = 0; t < NT; ++t) s[t][0] = s[t][1] = _mm256_setzero_si256();
+    __m256i s[NT][NP][2];
+    for (std::size_t t = 0; t < NT; ++t)
+      for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
       __m256i alo[NT], ahi[NT];
@@ -90,23 +81,28 @@ inline void group(const block* p, const block_q8_0* a, const std::int32_t* start
         const std::int8_t* q = a[t * stride + b].qs + 4 * g;
         alo[t] = x16::bcast4(q), ahi[t] = x16::bcast4(q + 16);
       }
+      for (std::size_t i = 0; i < NP; ++i)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; ++h) {
+          const __m256i codes = x16::load8(p[i][b].qs[g][8 * h]);
+          const __m256i lo = _mm256_and_si256(codes, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), m0f);
+          for (std::size_t t = 0; t < NT; ++t)
+            s[t][i][h] = _mm256_add_epi16(
+                s[t][i][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]), _mm256_maddubs_epi16(hi, ahi[t])));
+        }
+    }
+    for (std::size_t i = 0; i < NP; ++i)
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
-        const __m256i codes = x16::load8(pb.qs[g][8 * h]);
-        const __m256i lo = _mm256_and_si256(codes, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), m0f);
-        for (std::size_t t = 0; t < NT; ++t)
-          s[t][h] = _mm256_add_epi16(s[t][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]), _mm256_maddubs_epi16(hi, ahi[t])));
+        const __m256 d = x16::halfs(p[i][b].d + 8 * h);
+        for (std::size_t t = 0; t < NT; ++t) {
+          const __m256i S =
+              _mm256_add_epi32(_mm256_madd_epi16(s[t][i][h], ones), _mm256_set1_epi32(start[t * stride + b]));
+          const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(to_f32(a[t * stride + b].d)));
+          __m256& c = acc[2 * (NP * t + i) + h];
+          c = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(S), c);
+        }
       }
-    }
-#pragma GCC unroll 2
-    for (int h = 0; h < 2; ++h) {
-      const __m256 d = x16::halfs(pb.d + 8 * h);
-      for (std::size_t t = 0; t < NT; ++t) {
-        const __m256i S = _mm256_add_epi32(_mm256_madd_epi16(s[t][h], ones), _mm256_set1_epi32(start[t * stride + b]));
-        const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(to_f32(a[t * stride + b].d)));
-        acc[2 * t + h] = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(S), acc[2 * t + h]);
-      }
-    }
   }
 }
 
@@ -116,9 +112,24 @@ inline void tokens(const block* p, std::size_t n_rows, const block_q8_0* a, cons
                    std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
   for_token_groups<token_group>(n_tokens, [&]<std::size_t NT>(std::size_t t) {
     __m256 acc[2 * NT];
-    group<NT>(p, a + t * nb, start + t * nb, nb, nb, acc);
+    const block* const pp[1] = {p};
+    group<NT, 1>(pp, a + t * nb, start + t * nb, nb, nb, acc);
     for (std::size_t i = 0; i < NT; ++i) x16::store_panel(acc + 2 * i, n_rows, out + (t + i) * out_stride);
   });
+}
+
+/// Decode: 2 half whole panels (nb blocks each, from p) against one token,
+/// panels j and half + j side by side (two streams through memory, as the
+/// q4_K x16 kernel's x16_pairs); out[16 j + r]. The same bits as tokens.
+inline void pairs(const block* p, std::size_t half, const block_q8_0* a, const std::int32_t* start, std::size_t nb,
+                  float* out) noexcept {
+  for (std::size_t j = 0; j < half; ++j) {
+    const block* const pp[2] = {p + j * nb, p + (half + j) * nb};
+    __m256 acc[4];
+    group<1, 2>(pp, a, start, nb, nb, acc);
+    x16::store_panel(acc, 16, out + 16 * j);
+    x16::store_panel(acc + 2, 16, out + 16 * (half + j));
+  }
 }
 
 }  // namespace kestrel::quant::detail::q40x16
