@@ -281,12 +281,13 @@ TEST_CASE("block-quantized weights (GGUF types): fast == scalar twin, decode == 
 }
 
 TEST_CASE("weights copied into huge pages: the views move, the bytes and the logits do not") {
-  // A q4_0 model with the output tied to the embeddings, through a GGUF file
-  // (only a file mapping's pages may be given back).
+  // A q8_0 model (a type every machine copies as it is; the interleaved
+  // ones are tested below) with the output tied to the embeddings, through a
+  // GGUF file (only a file mapping's pages may be given back).
   const auto hp = test::random_llama_shape();
-  auto mem = test::quantized_copy(test::random_llama(hp, dtype::f32, 5), dtype::q4_0);
+  auto mem = test::quantized_copy(test::random_llama(hp, dtype::f32, 5), dtype::q8_0);
   mem.output = mem.token_embd;
-  const auto path = test::scratch_dir("placement") / "tied_q4_0.gguf";
+  const auto path = test::scratch_dir("placement") / "tied_q8_0.gguf";
   write_gguf(mem, path);
   const llama_weights file = load_gguf_weights(std::make_shared<const io::gguf_file>(path));
   REQUIRE(file.mapped.size() == 1);
