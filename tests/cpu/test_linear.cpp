@@ -335,6 +335,71 @@ struct x16_weight {
   }
 };
 
+/// X W^T on the interleaved matrix wx of w's rows: the scalar twin the same
+/// bits from either layout, the fast path the same bits on 1, 2 and 3
+/// threads; returns {the twin's, the fast path's} outputs.
+std::pair<std::vector<float>, std::vector<float>> x16_products(const kestrel::weight_view& w,
+                                                               const kestrel::weight_view& wx,
+                                                               const std::vector<float>& x, std::size_t n_tokens) {
+  cpu::thread_pool pool2(2), pool3(3);
+  const std::size_t n = n_tokens * w.rows;
+  std::vector<float> want(n), twin(n, -1.0f), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
+  ref::matmul(w, x.data(), n_tokens, want.data(), nullptr);
+  ref::matmul(wx, x.data(), n_tokens, twin.data(), nullptr);
+  cpu::matmul(wx, x.data(), n_tokens, got.data(), nullptr);
+  cpu::matmul(wx, x.data(), n_tokens, got2.data(), &pool2);
+  cpu::matmul(wx, x.data(), n_tokens, got3.data(), &pool3);
+  CHECK(twin == want);
+  CHECK(got2 == got);
+  CHECK(got3 == got);
+  return {want, got};
+}
+
+/// Each token alone (matvec, 3 threads) gives the bits it got among the
+/// n_tokens of got = X w^T.
+void check_tokens_alone(const kestrel::weight_view& w, const std::vector<float>& x, std::size_t n_tokens,
+                        const std::vector<float>& got) {
+  cpu::thread_pool pool3(3);
+  bool same = true;
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    std::vector<float> one(w.rows, -1.0f);
+    cpu::matvec(w, x.data() + t * w.cols, one.data(), &pool3);
+    same = same && std::equal(one.begin(), one.end(), got.begin() + t * w.rows);
+  }
+  CHECK(same);
+}
+
+/// Decode's fused forms on the interleaved matrix wx (w row-major, got its
+/// matvec of x): beside other, a row-major matrix of another row count, in
+/// matvec_fused, and as SwiGLU's gate with w as the up matrix (row blocks of
+/// 16 and 4): the bits of each matvec alone.
+void check_x16_fused(const kestrel::weight_view& wx, const kestrel::weight_view& w, const kestrel::weight_view& other,
+                     const std::vector<float>& x, const std::vector<float>& got) {
+  cpu::thread_pool pool3(3);
+  const std::size_t rows = w.rows;
+  std::vector<float> y0(rows, -1.0f), y1(other.rows, -1.0f), y1_want(other.rows), h(rows), up(rows), h_want(rows),
+      up_want(rows);
+  const cpu::matvec_job jobs[] = {{&wx, y0.data()}, {&other, y1.data()}};
+  cpu::matvec_fused(jobs, x.data(), &pool3);
+  CHECK(std::equal(y0.begin(), y0.end(), got.begin()));
+  cpu::matvec(other, x.data(), y1_want.data(), nullptr);
+  CHECK(y1 == y1_want);
+  cpu::matvec_swiglu(wx, w, x.data(), h.data(), up.data(), &pool3);
+  cpu::matvec(w, x.data(), up_want.data(), nullptr);
+  cpu::swiglu(h_want.data(), got.data(), up_want.data(), rows);
+  CHECK(h == h_want);
+}
+
+/// row_to_f32 of every third row the same from a as from b.
+void check_same_rows(const kestrel::weight_view& a, const kestrel::weight_view& b) {
+  std::vector<float> r0(a.cols), r1(b.cols);
+  for (std::size_t r = 0; r < a.rows; r += 3) {
+    cpu::row_to_f32(a, r, r0.data());
+    cpu::row_to_f32(b, r, r1.data());
+    CHECK(r0 == r1);
+  }
+}
+
 template <class X>
 void check_x16_linear(dtype row_major, dtype interleaved) {
   using B = typename q::x16_source<X>::type;
@@ -352,16 +417,8 @@ void check_x16_linear(dtype row_major, dtype interleaved) {
       const auto x = random_floats(n_tokens * cols, seed + 5);
       INFO(kestrel::name_of(interleaved) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
       const std::size_t n = n_tokens * rows;
-      std::vector<float> want(n), twin(n, -1.0f), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
-      ref::matmul(w.view, x.data(), n_tokens, want.data(), nullptr);
-      ref::matmul(wx.view, x.data(), n_tokens, twin.data(), nullptr);
-      cpu::matmul(wx.view, x.data(), n_tokens, got.data(), nullptr);
-      cpu::matmul(wx.view, x.data(), n_tokens, got2.data(), &pool2);
-      cpu::matmul(wx.view, x.data(), n_tokens, got3.data(), &pool3);
-      CHECK(twin == want);
+      const auto [want, got] = x16_products(w.view, wx.view, x, n_tokens);
       kestrel::test::check_within(got.data(), want.data(), kquant_tol(w, x, n_tokens), n);
-      CHECK(got2 == got);
-      CHECK(got3 == got);
 #if defined(KESTREL_KQUANT_X16)
       const bool prefill_panels = n_tokens >= q::kpanel_min_tokens<B>;
 #else
@@ -373,36 +430,10 @@ void check_x16_linear(dtype row_major, dtype interleaved) {
         cpu::matmul(w.view, x.data(), n_tokens, row_major.data(), &pool2);
         CHECK(got == row_major);
       } else {
-        bool same = true;  // each token alone (matvec) gives the bits it gets among the others
-        for (std::size_t t = 0; t < n_tokens; ++t) {
-          std::vector<float> one(rows, -1.0f);
-          cpu::matvec(wx.view, x.data() + t * cols, one.data(), &pool3);
-          same = same && std::equal(one.begin(), one.end(), got.begin() + t * rows);
-        }
-        CHECK(same);
+        check_tokens_alone(wx.view, x, n_tokens, got);
       }
-      if (n_tokens == 1) {
-        // fused with a row-major matrix of another row count, and SwiGLU
-        // with an interleaved gate and a row-major up: row blocks of 16 and 4
-        std::vector<float> y0(rows, -1.0f), y1(cols, -1.0f), h(rows), up(rows), h_want(rows), up_want(rows);
-        kquant_weight<B> other(row_major, cols / 64 + 1, cols, seed + 9);
-        const cpu::matvec_job jobs[] = {{&wx.view, y0.data()}, {&other.view, y1.data()}};
-        cpu::matvec_fused(jobs, x.data(), &pool3);
-        CHECK(std::equal(y0.begin(), y0.end(), got.begin()));
-        std::vector<float> y1_want(other.view.rows);
-        cpu::matvec(other.view, x.data(), y1_want.data(), nullptr);
-        CHECK(std::equal(y1_want.begin(), y1_want.end(), y1.begin()));
-        cpu::matvec_swiglu(wx.view, w.view, x.data(), h.data(), up.data(), &pool3);
-        cpu::matvec(w.view, x.data(), up_want.data(), nullptr);
-        cpu::swiglu(h_want.data(), got.data(), up_want.data(), rows);
-        CHECK(h == h_want);
-      }
-      std::vector<float> r0(cols), r1(cols);
-      for (std::size_t r = 0; r < rows; r += 3) {
-        cpu::row_to_f32(w.view, r, r0.data());
-        cpu::row_to_f32(wx.view, r, r1.data());
-        CHECK(r0 == r1);
-      }
+      if (n_tokens == 1) check_x16_fused(wx.view, w.view, kquant_weight<B>(row_major, cols / 64 + 1, cols, seed + 9).view, x, got);
+      check_same_rows(w.view, wx.view);
     }
 }
 
@@ -582,16 +613,8 @@ void check_q4_0_x16_linear() {
       const auto x = random_floats(n_tokens * cols, seed + 7, -2.0f, 2.0f);
       INFO("q4_0_x16 rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
       const std::size_t n = n_tokens * rows;
-      std::vector<float> want(n), twin(n, -1.0f), got(n, -1.0f), got2(n, -1.0f), got3(n, -1.0f);
-      ref::matmul(w.view, x.data(), n_tokens, want.data(), nullptr);
-      ref::matmul(wx.view, x.data(), n_tokens, twin.data(), nullptr);
-      cpu::matmul(wx.view, x.data(), n_tokens, got.data(), nullptr);
-      cpu::matmul(wx.view, x.data(), n_tokens, got2.data(), &pool2);
-      cpu::matmul(wx.view, x.data(), n_tokens, got3.data(), &pool3);
-      CHECK(twin == want);
+      const auto [want, got] = x16_products(w.view, wx.view, x, n_tokens);
       kestrel::test::check_within(got.data(), want.data(), legacy_tol(w, legacy_acts<B>(x, n_tokens, cols), n_tokens), n);
-      CHECK(got2 == got);
-      CHECK(got3 == got);
 #if defined(KESTREL_Q4_0_X16_AVX2)
       if (n_tokens > q::decode_max_tokens) {
         std::vector<float> row_major(n, -1.0f);
@@ -599,35 +622,9 @@ void check_q4_0_x16_linear() {
         CHECK(got == row_major);
       }
 #endif
-      bool same = true;  // each token alone (matvec) gives the bits it gets among the others
-      for (std::size_t t = 0; t < n_tokens; ++t) {
-        std::vector<float> one(rows, -1.0f);
-        cpu::matvec(wx.view, x.data() + t * cols, one.data(), &pool3);
-        same = same && std::equal(one.begin(), one.end(), got.begin() + t * rows);
-      }
-      CHECK(same);
-      if (n_tokens == 1) {
-        // fused with a row-major matrix of another row count, and SwiGLU
-        // with an interleaved gate and a row-major up: row blocks of 16 and 4
-        std::vector<float> y0(rows, -1.0f), y1(cols / 8 + 1, -1.0f), h(rows), up(rows), h_want(rows), up_want(rows);
-        legacy_weight<B> other(dtype::q4_0, cols / 8 + 1, cols, seed + 9);
-        const cpu::matvec_job jobs[] = {{&wx.view, y0.data()}, {&other.view, y1.data()}};
-        cpu::matvec_fused(jobs, x.data(), &pool3);
-        CHECK(std::equal(y0.begin(), y0.end(), got.begin()));
-        std::vector<float> y1_want(other.view.rows);
-        cpu::matvec(other.view, x.data(), y1_want.data(), nullptr);
-        CHECK(y1 == y1_want);
-        cpu::matvec_swiglu(wx.view, w.view, x.data(), h.data(), up.data(), &pool3);
-        cpu::matvec(w.view, x.data(), up_want.data(), nullptr);
-        cpu::swiglu(h_want.data(), got.data(), up_want.data(), rows);
-        CHECK(h == h_want);
-      }
-      std::vector<float> r0(cols), r1(cols);
-      for (std::size_t r = 0; r < rows; r += 3) {
-        cpu::row_to_f32(w.view, r, r0.data());
-        cpu::row_to_f32(wx.view, r, r1.data());
-        CHECK(r0 == r1);
-      }
+      check_tokens_alone(wx.view, x, n_tokens, got);
+      if (n_tokens == 1) check_x16_fused(wx.view, w.view, legacy_weight<B>(dtype::q4_0, cols / 8 + 1, cols, seed + 9).view, x, got);
+      check_same_rows(w.view, wx.view);
     }
 }
 

@@ -39,6 +39,7 @@
 #include <cstddef>
 #include <cstring>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "kestrel/core/error.hpp"
@@ -276,6 +277,38 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
   return acts;
 }
 
+/// The x16 layouts' walk over a matrix of rows rows (panels of 16): threads
+/// split the panels; tokens(p, n_rows, out) computes panel p's n_rows rows
+/// for every token into out = y + 16 p (token t's at t * rows). With pairs
+/// and one token, each thread's whole panels go first, two halves side by
+/// side: pairs(p, half, out) computes panels p + j and p + half + j, j <
+/// half, into out[16 j + r] and out[16 (half + j) + r] (two streams through
+/// memory for decode).
+template <class Tokens, class Pairs = std::nullptr_t>
+inline void x16_walk(std::size_t rows, std::size_t n_tokens, thread_pool* pool, std::size_t work, float* y,
+                     Tokens&& tokens, Pairs&& pairs = nullptr) {
+  parallel_for(pool, (rows + 15) / 16, [&](std::size_t p0, std::size_t p1) {
+    if constexpr (!std::is_same_v<std::remove_cvref_t<Pairs>, std::nullptr_t>) {
+      if (n_tokens == 1) {
+        const std::size_t whole = std::min(p1, rows / 16), half = whole > p0 ? (whole - p0) / 2 : 0;
+        pairs(p0, half, y + 16 * p0);
+        p0 += 2 * half;
+      }
+    }
+    for (std::size_t p = p0; p < p1; ++p) tokens(p, std::min<std::size_t>(16, rows - 16 * p), y + 16 * p);
+  }, work);
+}
+
+/// The scalar twins' walk over an x16 layout: y[t * rows + 16 p + r] =
+/// dot(p, r, t) for row r of panel p and token t.
+template <class Dot>
+inline void x16_twin(std::size_t rows, std::size_t n_tokens, thread_pool* pool, std::size_t work, float* y, Dot&& dot) {
+  x16_walk(rows, n_tokens, pool, work, y, [&](std::size_t p, std::size_t n_rows, float* out) {
+    for (std::size_t r = 0; r < n_rows; ++r)
+      for (std::size_t t = 0; t < n_tokens; ++t) out[t * rows + r] = dot(p, r, t);
+  });
+}
+
 #if defined(KESTREL_Q4_0_X16_AVX2)
 /// block_start<block_q4_0> (-8 times the codes' sum) of the n activation
 /// blocks at a, into a per-thread buffer grown, never shrunk; valid until
@@ -297,15 +330,12 @@ inline void q4_0_packed_linear(const std::byte* base, std::size_t row_bytes, std
                                thread_pool* pool) {
   namespace qx = quant::detail::q40x16;
   const std::int32_t* bs = q4_0_block_starts(a, n_tokens * nb);
-  parallel_for(pool, (rows + 15) / 16, [&](std::size_t p0, std::size_t p1) {
-    thread_local std::vector<quant::block_q4_0_x16> panel;
+  x16_walk(rows, n_tokens, pool, n_tokens * rows * nb * 32, y, [&](std::size_t p, std::size_t n_rows, float* out) {
+    thread_local std::vector<quant::block_q4_0_x16> panel;  // grown, never shrunk
     if (panel.size() < nb) panel.resize(nb);
-    for (std::size_t p = p0; p < p1; ++p) {
-      const std::size_t nr = std::min<std::size_t>(16, rows - 16 * p);
-      quant::pack_x16(base + 16 * p * row_bytes, row_bytes, nr, nb, panel.data());
-      qx::tokens(panel.data(), nr, a, bs, nb, n_tokens, y + 16 * p, rows);
-    }
-  }, n_tokens * rows * nb * 32);
+    quant::pack_x16(base + 16 * p * row_bytes, row_bytes, n_rows, nb, panel.data());
+    qx::tokens(panel.data(), n_rows, a, bs, nb, n_tokens, out, rows);
+  });
 }
 #endif
 
@@ -318,7 +348,7 @@ inline void q4_0_packed_linear(const std::byte* base, std::size_t row_bytes, std
 /// reference, the scalar twin per (row, token).
 inline void q4_0_x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
                             bool reference) {
-  const std::size_t cols = w.cols, rows = w.rows, nb = cols / 32, n_panels = (rows + 15) / 16;
+  const std::size_t cols = w.cols, rows = w.rows, nb = cols / 32;
   if (nb == 0) {
     std::fill(y, y + n_tokens * rows, 0.0f);
     return;
@@ -330,25 +360,18 @@ inline void q4_0_x16_linear(const weight_view& w, const float* x, std::size_t n_
   if (!reference) {
     namespace qx = quant::detail::q40x16;
     const std::int32_t* bs = q4_0_block_starts(a, n_tokens * nb);
-    parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
-      if (n_tokens == 1) {
-        // Decode: the range's whole panels in two halves walked side by side.
-        const std::size_t whole = std::min(p1, rows / 16), half = whole > p0 ? (whole - p0) / 2 : 0;
-        qx::pairs(panels + p0 * nb, half, a, bs, nb, y + 16 * p0);
-        p0 += 2 * half;
-      }
-      for (std::size_t p = p0; p < p1; ++p)
-        qx::tokens(panels + p * nb, std::min<std::size_t>(16, rows - 16 * p), a, bs, nb, n_tokens, y + 16 * p, rows);
-    }, work);
+    x16_walk(
+        rows, n_tokens, pool, work, y,
+        [&](std::size_t p, std::size_t n_rows, float* out) {
+          qx::tokens(panels + p * nb, n_rows, a, bs, nb, n_tokens, out, rows);
+        },
+        [&](std::size_t p, std::size_t half, float* out) { qx::pairs(panels + p * nb, half, a, bs, nb, out); });
     return;
   }
 #endif
-  parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
-    for (std::size_t p = p0; p < p1; ++p)
-      for (std::size_t r = 16 * p; r < std::min(rows, 16 * p + 16); ++r)
-        for (std::size_t t = 0; t < n_tokens; ++t)
-          y[t * rows + r] = quant::ref::dot_x16(panels + p * nb, r % 16, a + t * nb, cols);
-  }, work);
+  x16_twin(rows, n_tokens, pool, work, y, [&](std::size_t p, std::size_t r, std::size_t t) {
+    return quant::ref::dot_x16(panels + p * nb, r, a + t * nb, cols);
+  });
 }
 
 /// Y(n_tokens, rows) = X W^T with W in q4_K_x16 or q6_K_x16 (X, quant/kquant_x16.hpp):
@@ -366,7 +389,7 @@ inline void q4_0_x16_linear(const weight_view& w, const float* x, std::size_t n_
 template <class X>
 inline void x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
                        bool reference) {
-  const std::size_t cols = w.cols, rows = w.rows, nb = cols / quant::qk_k, n_panels = (rows + 15) / 16;
+  const std::size_t cols = w.cols, rows = w.rows, nb = cols / quant::qk_k;
   if (nb == 0) {
     std::fill(y, y + n_tokens * rows, 0.0f);
     return;
@@ -381,7 +404,7 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
     // same packed blocks, so the same bits as from the file's layout).
     namespace kp = quant::detail::kp;
     packed_panel_tiles<kp::kpanel_block>(
-        n_panels, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, work, pool,
+        (rows + 15) / 16, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, work, pool,
         [&](std::size_t p, kp::kpanel_block* dst) { quant::detail::x16::pack_kpanel(panels + p * nb, nb, dst); },
         [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
           kp::kpanel_tokens<B>(src, std::min<std::size_t>(16, rows - 16 * p), a + t0 * nb, nb, nt,
@@ -392,29 +415,23 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
 #endif
 #if defined(KESTREL_X16_KERNEL)
   if (!reference) {
-    parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+    auto tokens = [&](std::size_t p, std::size_t n_rows, float* out) {
+      quant::detail::x16::x16_tokens(panels + p * nb, n_rows, a, nb, n_tokens, out, rows);
+    };
 #if defined(KESTREL_KQUANT_X16_AVX2)
-      if (n_tokens == 1) {
-        // Decode: the range's whole panels in two halves walked side by
-        // side (quant/kquant_x16_avx2.hpp, x16_pairs), the same bits.
-        const std::size_t whole = std::min(p1, rows / 16), half = whole > p0 ? (whole - p0) / 2 : 0;
-        quant::detail::x16::x16_pairs(panels + p0 * nb, half, a, nb, y + 16 * p0);
-        p0 += 2 * half;
-      }
+    // Decode two panels at a time (quant/kquant_x16_avx2.hpp, x16_pairs), the same bits.
+    x16_walk(rows, n_tokens, pool, work, y, tokens, [&](std::size_t p, std::size_t half, float* out) {
+      quant::detail::x16::x16_pairs(panels + p * nb, half, a, nb, out);
+    });
+#else
+    x16_walk(rows, n_tokens, pool, work, y, tokens);
 #endif
-      for (std::size_t p = p0; p < p1; ++p)
-        quant::detail::x16::x16_tokens(panels + p * nb, std::min<std::size_t>(16, rows - 16 * p), a, nb, n_tokens,
-                                       y + 16 * p, rows);
-    }, work);
     return;
   }
 #endif
-  parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
-    for (std::size_t p = p0; p < p1; ++p)
-      for (std::size_t r = 16 * p; r < std::min(rows, 16 * p + 16); ++r)
-        for (std::size_t t = 0; t < n_tokens; ++t)
-          y[t * rows + r] = quant::ref::vec_dot_x16(panels + p * nb, r % 16, a + t * nb, cols);
-  }, work);
+  x16_twin(rows, n_tokens, pool, work, y, [&](std::size_t p, std::size_t r, std::size_t t) {
+    return quant::ref::vec_dot_x16(panels + p * nb, r, a + t * nb, cols);
+  });
 }
 
 /// Y(n_tokens, rows) = X(n_tokens, cols) W^T with W block-quantized.
