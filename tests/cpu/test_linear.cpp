@@ -403,7 +403,7 @@ void check_same_rows(const kestrel::weight_view& a, const kestrel::weight_view& 
 template <class X>
 void check_x16_linear(dtype row_major, dtype interleaved) {
   using B = typename q::x16_source<X>::type;
-  cpu::thread_pool pool2(2), pool3(3);
+  cpu::thread_pool pool2(2);
   struct shape { std::size_t rows, cols; };
   const shape shapes[] = {{1, 256}, {5, 512}, {17, 1024}, {64, 2048}, {33, 4096}, {3, 4096}};
   for (auto [rows, cols] : shapes)
@@ -601,7 +601,7 @@ namespace {
 
 void check_q4_0_x16_linear() {
   using B = q::block_q4_0;
-  cpu::thread_pool pool2(2), pool3(3);
+  cpu::thread_pool pool2(2);
   struct shape { std::size_t rows, cols; };
   const shape shapes[] = {{1, 32}, {5, 96}, {16, 512}, {17, 1024}, {33, 2048}, {70, 4096}};
   for (auto [rows, cols] : shapes)
