@@ -30,7 +30,13 @@
 // ahead cost 20-45% instead. Measured (/tmp harness, 32768 x 2048 in huge
 // pages, 2 threads, GB/s row-major / x16): q4_K 26.5 / 30-33, q6_K 26.5 /
 // 32; TinyLlama Q4_K_M tg 36.5 -> 42.4 t/s end to end (kestrel-bench,
-// alternated). Prefill keeps this kernel at every token count (token
+// alternated). A short prefetch does pay: while a unit is read, the unit's
+// bytes 576 further on, non-temporal (x16_group's Prefetch, decode only).
+// kestrel-bench tg64, 2 threads, alternated, t/s: without / 576 bytes
+// ahead, 3 rounds: TinyLlama Q4_K_M 42.1-42.8 / 48.5-49.8, 110M 290-318 /
+// 362-376; 384 / 576 / 1152 bytes ahead, 2 rounds: TinyLlama 46.9-47.5 /
+// 48.2-49.2 / 43.2-44.2, 110M 332-347 / 361 / 333-336. (The host read
+// 35-40 GB/s then, its higher level, which decode had not followed.) Prefill keeps this kernel at every token count (token
 // groups of 4): it beat dequantizing into the float GEMM (cpu/matmul.hpp)
 // from 32 to 512 tokens, e.g. TinyLlama Q4_K_M pp512 92 -> 102 t/s.
 //
@@ -161,7 +167,16 @@ inline void scale_pairs(const block_q6_K_x16& b, __m256i (*out)[2]) noexcept {
 /// acc[(NP t + i) 2 + h] (lane r = row 8h + r of panel p[i]) = the dot of
 /// that row with token t < NT over blocks [0, nb) (the arithmetic in the
 /// header). NP > 1 walks NP panels side by side: NP streams through memory.
-template <class X, std::size_t NT, std::size_t NP = 1>
+/// Decode's software prefetch (x16_pairs): while unit u of a block is read,
+/// the unit's bytes prefetch_bytes further on, non-temporal, so the lines
+/// ahead of each stream are asked for evenly through the block (the
+/// distance measured in the header).
+inline constexpr std::size_t prefetch_bytes = 576;
+/// Header bytes (scales, d, dmin) and one unit's code bytes of a block.
+template <class X> inline constexpr std::size_t head_bytes = std::is_same_v<X, block_q6_K_x16> ? 320 : 256;
+template <class X> inline constexpr std::size_t unit_bytes = (sizeof(X) - head_bytes<X>) / 8;
+
+template <class X, std::size_t NT, std::size_t NP = 1, bool Prefetch = false>
 inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m256* acc) noexcept {
   constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>;
   constexpr std::size_t NA = 2 * NP * NT;  // accumulators
@@ -177,6 +192,11 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
     for (std::size_t t = 0; t < NT; ++t)
       for (std::size_t i = 0; i < NP; ++i) tot[t][i][0] = tot[t][i][1] = _mm256_setzero_si256();
     for (int u = 0; u < 8; ++u) {
+      if constexpr (Prefetch)
+        for (std::size_t i = 0; i < NP; ++i) {
+          const char* at = reinterpret_cast<const char*>(p[i] + b) + head_bytes<X> + u * unit_bytes<X> + prefetch_bytes;
+          for (std::size_t l = 0; l < unit_bytes<X>; l += 64) _mm_prefetch(at + l, _MM_HINT_NTA);
+        }
       if constexpr (q6) {
 #pragma GCC unroll 2
         for (int g = 0; g < 4; g += 2) {
@@ -301,7 +321,7 @@ inline void x16_pairs(const X* p0, std::size_t n, const block_q8_K* a, std::size
   for (std::size_t i = 0; i < n; ++i) {
     const X* ps[2] = {p0 + i * nb, p0 + (n + i) * nb};
     __m256 acc[4];
-    x16_group<X, 1, 2>(ps, a, nb, nb, acc);
+    x16_group<X, 1, 2, true>(ps, a, nb, nb, acc);
     store_panel(acc, 16, out + 16 * i);
     store_panel(acc + 2, 16, out + 16 * (n + i));
   }
