@@ -41,6 +41,21 @@ namespace detail {
 /// x stays in L1, so reloading it for each row costs nothing measurable.
 inline constexpr std::size_t matvec_streams = 2;
 
+/// Software prefetch of matvec_rows' streams, bytes ahead, non-temporal, once
+/// per step of each stream (a step is 64 bytes of f32 or 32 of f16 / bf16
+/// on AVX2); 0: none. Measured on Zen 2 (kestrel-bench tg32, 2 threads, 2
+/// alternated rounds, t/s without / with 576 bytes): TinyLlama f32 7.0-7.5
+/// / 7.3-7.8, f16 14.1-15.0 / 15.6-16.0, 110M f16 114-136 / 151-153 (as
+/// the quantized decode kernels found, quant/kquant_x16_avx2.hpp). A plain
+/// streaming read loses by it (/tmp harness, 1 GiB, two streams per
+/// thread: 31.4 -> 28.7 GB/s), so it pays only between a kernel's
+/// arithmetic. Not measured with AVX-512, which keeps none.
+#if defined(__AVX2__) && !defined(__AVX512F__)
+inline constexpr std::size_t matvec_prefetch_bytes = 576;
+#else
+inline constexpr std::size_t matvec_prefetch_bytes = 0;
+#endif
+
 /// One row's dot product as matvec_rows computes it: two accumulators over
 /// 2W-element steps, then one masked step for the tail. Every row goes
 /// through exactly this sequence of operations, whichever rows it is paired
@@ -77,7 +92,11 @@ inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, 
     row_acc<T> acc[S];
     for (std::size_t s = 0; s < S; ++s) wr[s] = w + (r0 + s * per + j) * cols;
     for (std::size_t i = 0; i < main; i += 2 * W)
-      for (std::size_t s = 0; s < S; ++s) acc[s].step(wr[s] + i, x + i);
+      for (std::size_t s = 0; s < S; ++s) {
+        if constexpr (matvec_prefetch_bytes > 0)
+          __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + matvec_prefetch_bytes, 0, 0);
+        acc[s].step(wr[s] + i, x + i);
+      }
     for (std::size_t s = 0; s < S; ++s) y[r0 + s * per + j] = acc[s].finish(wr[s], x, main, cols);
   }
   for (std::size_t r = r0 + S * per; r < r1; ++r) {

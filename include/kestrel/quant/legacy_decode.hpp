@@ -600,11 +600,15 @@ inline __m256i block_sum(__m256i w, __m256i qa, __m256i start) noexcept {
   }
 }
 
-/// Software prefetch distance of the row streams, bytes. Measured on Zen 2
-/// (2 threads, the 110M shape's layer matrices, 48 MB of q4_0 / 83 MB of
-/// q8_0 streamed from DRAM, GB/s of weights): none 15.0 / 18.0, 1 KiB 17.8 /
-/// 22.9, 2 KiB 17.2 / 22.8, 4 KiB 17.3 / 22.6; quant::dot per row 10.9 / 14.8.
-inline constexpr std::size_t prefetch_bytes = 1024;
+/// Software prefetch distance of the row streams, bytes, non-temporal.
+/// Measured on Zen 2 with the T0 hint (2 threads, the 110M shape's layer
+/// matrices, 48 MB of q4_0 / 83 MB of q8_0 streamed from DRAM, GB/s of
+/// weights): none 15.0 / 18.0, 1 KiB 17.8 / 22.9, 2 KiB 17.2 / 22.8, 4 KiB
+/// 17.3 / 22.6; quant::dot per row 10.9 / 14.8. Then (kestrel-bench tg64,
+/// q8_0, 2 threads, 2 alternated rounds, t/s) T0 1 KiB / NTA 1 KiB / NTA
+/// 576 bytes: TinyLlama 25.4-25.5 / 26.4-26.7 / 26.8, 110M 220-227 /
+/// 229-234 / 229-244, as the x16 kernels found (kquant_x16_avx2.hpp).
+inline constexpr std::size_t prefetch_bytes = 576;
 
 /// R rows (1 or 2) against NT tokens; out[r][t * out_stride].
 template <class W, std::size_t NT, std::size_t R>
@@ -649,7 +653,7 @@ inline void rows_decode(const std::byte* const* rp, std::size_t nb, const act_bl
       __m256i wl[R], wh[R];
       __m256 dw[R];
       for (std::size_t r = 0; r < R; ++r) {
-        _mm_prefetch(reinterpret_cast<const char*>(rp[r] + k * sizeof(W) + prefetch_bytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rp[r] + k * sizeof(W) + prefetch_bytes), _MM_HINT_NTA);
         b[r] = reinterpret_cast<const W*>(rp[r]) + k;
         pair_codes(b[r][0], b[r][1], wl[r], wh[r]);
         dw[r] = pair_scales(b[r][0], b[r][1]);
@@ -668,7 +672,7 @@ inline void rows_decode(const std::byte* const* rp, std::size_t nb, const act_bl
   } else {
     for (; k + 2 <= nb; k += 2) {
       for (std::size_t r = 0; r < R; ++r)
-        _mm_prefetch(reinterpret_cast<const char*>(rp[r] + k * sizeof(W) + prefetch_bytes), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(rp[r] + k * sizeof(W) + prefetch_bytes), _MM_HINT_NTA);
       step(k, 0);
       step(k + 1, 1);
     }
