@@ -46,7 +46,10 @@ inline constexpr std::size_t matvec_streams = 2;
 /// on AVX2); 0: none. Measured on Zen 2 (kestrel-bench tg32, 2 threads, 2
 /// alternated rounds, t/s without / with 576 bytes): TinyLlama f32 7.0-7.5
 /// / 7.3-7.8, f16 14.1-15.0 / 15.6-16.0, 110M f16 114-136 / 151-153 (as
-/// the quantized decode kernels found, quant/kquant_x16_avx2.hpp). A plain
+/// the quantized decode kernels found, quant/kquant_x16_avx2.hpp). The
+/// distance, 288 / 576 / 1152 bytes: TinyLlama f32 7.9-9.4 / 7.8-8.8 /
+/// 6.8-7.0, f16 14.4-15.7 / 15.3 / 13.6-13.8, 110M f16 135-139 / 157-160 /
+/// not run; f32 takes 288 and 576 alike, f16 576. A plain
 /// streaming read loses by it (/tmp harness, 1 GiB, two streams per
 /// thread: 31.4 -> 28.7 GB/s), so it pays only between a kernel's
 /// arithmetic. Not measured with AVX-512, which keeps none.
