@@ -80,6 +80,18 @@ decltype(auto) visit_quantized(const weight_view& w, F&& f) {
   }
 }
 
+/// The same for the interleaved layouts (panel_rows(t) == 16): calls
+/// f(static_cast<const X*>(w.data)) with X their x16 block type.
+template <class F>
+decltype(auto) visit_x16(const weight_view& w, F&& f) {
+  switch (w.type) {
+    case dtype::q4_k_x16: return f(static_cast<const quant::block_q4_K_x16*>(w.data));
+    case dtype::q6_k_x16: return f(static_cast<const quant::block_q6_K_x16*>(w.data));
+    case dtype::q4_0_x16: return f(static_cast<const quant::block_q4_0_x16*>(w.data));
+    default: throw invalid_argument("cpu: weight type " + std::string(name_of(w.type)) + " is not an x16 layout");
+  }
+}
+
 template <class B> struct activation_block { using type = quant::block_q8_K; };  // the k-quants
 template <> struct activation_block<quant::block_q4_0> { using type = quant::block_q8_0; };
 template <> struct activation_block<quant::block_q4_1> { using type = quant::block_q8_1; };
@@ -440,9 +452,14 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
   if (w.cols % block_size(w.type) != 0)
     throw invalid_argument("cpu: a " + std::string(name_of(w.type)) + " row of " + std::to_string(w.cols) +
                            " values is not a whole number of blocks");
-  if (w.type == dtype::q4_k_x16) return x16_linear<quant::block_q4_K_x16>(w, x, n_tokens, y, pool, reference);
-  if (w.type == dtype::q6_k_x16) return x16_linear<quant::block_q6_K_x16>(w, x, n_tokens, y, pool, reference);
-  if (w.type == dtype::q4_0_x16) return q4_0_x16_linear(w, x, n_tokens, y, pool, reference);
+  if (panel_rows(w.type) > 1)
+    return visit_x16(w, [&](const auto* panels) {
+      using X = std::remove_cv_t<std::remove_pointer_t<decltype(panels)>>;
+      if constexpr (std::is_same_v<X, quant::block_q4_0_x16>)
+        q4_0_x16_linear(w, x, n_tokens, y, pool, reference);
+      else
+        x16_linear<X>(w, x, n_tokens, y, pool, reference);
+    });
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
     using A = typename activation_block<B>::type;
@@ -549,14 +566,11 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
 }
 
 inline void quantized_row_to_f32(const weight_view& w, std::size_t row, float* out) {
-  const std::size_t nb = w.cols / quant::qk_k;
-  if (w.type == dtype::q4_k_x16)
-    return quant::dequantize_x16_row(static_cast<const quant::block_q4_K_x16*>(w.data) + row / 16 * nb, row % 16, nb, out);
-  if (w.type == dtype::q6_k_x16)
-    return quant::dequantize_x16_row(static_cast<const quant::block_q6_K_x16*>(w.data) + row / 16 * nb, row % 16, nb, out);
-  if (w.type == dtype::q4_0_x16)
-    return quant::dequantize_x16_row(static_cast<const quant::block_q4_0_x16*>(w.data) + row / 16 * (w.cols / 32),
-                                     row % 16, w.cols / 32, out);
+  if (panel_rows(w.type) > 1)
+    return visit_x16(w, [&](const auto* panels) {
+      const std::size_t nb = w.cols / std::remove_pointer_t<decltype(panels)>::values;
+      quant::dequantize_x16_row(panels + row / 16 * nb, row % 16, nb, out);
+    });
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
     const auto* p = reinterpret_cast<const B*>(static_cast<const std::byte*>(w.data) + row * w.row_bytes());

@@ -164,6 +164,36 @@ inline void scale_pairs(const block_q6_K_x16& b, __m256i (*out)[2]) noexcept {
     }
 }
 
+/// s[t][i][h] (lane r: 2 int16 of row 8h + r of panel i) = the products of
+/// 32 nibble codes with token t's 32 activations: codes(i, g), g < 4, the
+/// 16 rows x 4 bytes whose low nibbles are values 4g + j and high nibbles
+/// 16 + 4g + j; acts(t) the 32 activations. 8 vpmaddubsw per row and token
+/// summed in int16: at most 8 * 2 * 15 * 128 = 30720. The q4_K sub-block
+/// step here and q4_0's block step (quant/legacy_x16_avx2.hpp).
+template <std::size_t NT, std::size_t NP, class Codes, class Acts>
+inline void nibble_sums(Codes&& codes, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
+  const __m256i m0f = _mm256_set1_epi8(0x0f);
+  for (std::size_t t = 0; t < NT; ++t)
+    for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+  for (int g = 0; g < 4; ++g) {
+    __m256i alo[NT], ahi[NT];
+    for (std::size_t t = 0; t < NT; ++t) {
+      const std::int8_t* q = acts(t) + 4 * g;
+      alo[t] = bcast4(q), ahi[t] = bcast4(q + 16);
+    }
+    for (std::size_t i = 0; i < NP; ++i)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i c = load8(codes(i, g) + 8 * h);
+        const __m256i lo = _mm256_and_si256(c, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), m0f);
+        for (std::size_t t = 0; t < NT; ++t)
+          s[t][i][h] = _mm256_add_epi16(s[t][i][h],
+                                        _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]), _mm256_maddubs_epi16(hi, ahi[t])));
+      }
+  }
+}
+
 /// acc[(NP t + i) 2 + h] (lane r = row 8h + r of panel p[i]) = the dot of
 /// that row with token t < NT over blocks [0, nb) (the arithmetic in the
 /// header). NP > 1 walks NP panels side by side: NP streams through memory.
@@ -182,7 +212,6 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
   constexpr std::size_t NA = 2 * NP * NT;  // accumulators
   __m256 accm[NA];
   for (std::size_t k = 0; k < NA; ++k) acc[k] = accm[k] = _mm256_setzero_ps();
-  const __m256i m0f = _mm256_set1_epi8(0x0f);
   for (std::size_t b = 0; b < nb; ++b) {
     __m256i scp[NP][q6 ? 16 : 8][2];
     for (std::size_t i = 0; i < NP; ++i) {
@@ -224,25 +253,8 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
         }
       } else {
         __m256i s[NT][NP][2];
-        for (std::size_t t = 0; t < NT; ++t)
-          for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; ++g) {
-          __m256i alo[NT], ahi[NT];
-          for (std::size_t t = 0; t < NT; ++t) {
-            const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
-            alo[t] = bcast4(q), ahi[t] = bcast4(q + 16);
-          }
-          for (std::size_t i = 0; i < NP; ++i)
-#pragma GCC unroll 2
-            for (int h = 0; h < 2; ++h) {
-              const __m256i codes = load8(p[i][b].qs[u][g] + 8 * h);
-              const __m256i lo = _mm256_and_si256(codes, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), m0f);
-              for (std::size_t t = 0; t < NT; ++t)
-                s[t][i][h] = _mm256_add_epi16(s[t][i][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]),
-                                                                           _mm256_maddubs_epi16(hi, ahi[t])));
-            }
-        }
+        nibble_sums<NT, NP>([&](std::size_t i, int g) { return p[i][b].qs[u][g]; },
+                            [&](std::size_t t) { return a[t * stride + b].qs + 32 * u; }, s);
         for (std::size_t t = 0; t < NT; ++t)
           for (std::size_t i = 0; i < NP; ++i)
             for (int h = 0; h < 2; ++h) tot[t][i][h] = _mm256_add_epi32(tot[t][i][h], _mm256_madd_epi16(s[t][i][h], scp[i][u][h]));

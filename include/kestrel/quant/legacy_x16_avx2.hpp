@@ -79,32 +79,15 @@ template <std::size_t NT, std::size_t NP, bool Prefetch = false>
 inline void group(const block* const* p, const block_q8_0* a, const std::int32_t* start, std::size_t nb,
                   std::size_t stride, __m256* acc) noexcept {
   for (std::size_t k = 0; k < 2 * NT * NP; ++k) acc[k] = _mm256_setzero_ps();
-  const __m256i m0f = _mm256_set1_epi8(0x0f), ones = _mm256_set1_epi16(1);
+  const __m256i ones = _mm256_set1_epi16(1);
   for (std::size_t b = 0; b < nb; ++b) {
     if constexpr (Prefetch)
       for (std::size_t i = 0; i < NP; ++i)
         for (std::size_t l = 0; l < prefetch_lines; ++l)
           _mm_prefetch(reinterpret_cast<const char*>(p[i] + b) + prefetch_bytes + 64 * l, _MM_HINT_NTA);
     __m256i s[NT][NP][2];
-    for (std::size_t t = 0; t < NT; ++t)
-      for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; ++g) {
-      __m256i alo[NT], ahi[NT];
-      for (std::size_t t = 0; t < NT; ++t) {
-        const std::int8_t* q = a[t * stride + b].qs + 4 * g;
-        alo[t] = x16::bcast4(q), ahi[t] = x16::bcast4(q + 16);
-      }
-      for (std::size_t i = 0; i < NP; ++i)
-#pragma GCC unroll 2
-        for (int h = 0; h < 2; ++h) {
-          const __m256i codes = x16::load8(p[i][b].qs[g][8 * h]);
-          const __m256i lo = _mm256_and_si256(codes, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(codes, 4), m0f);
-          for (std::size_t t = 0; t < NT; ++t)
-            s[t][i][h] = _mm256_add_epi16(
-                s[t][i][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]), _mm256_maddubs_epi16(hi, ahi[t])));
-        }
-    }
+    x16::nibble_sums<NT, NP>([&](std::size_t i, int g) { return p[i][b].qs[g]; },
+                             [&](std::size_t t) { return a[t * stride + b].qs; }, s);
     for (std::size_t i = 0; i < NP; ++i)
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
