@@ -86,6 +86,7 @@ template <class F>
 decltype(auto) visit_x16(const weight_view& w, F&& f) {
   switch (w.type) {
     case dtype::q4_k_x16: return f(static_cast<const quant::block_q4_K_x16*>(w.data));
+    case dtype::q5_k_x16: return f(static_cast<const quant::block_q5_K_x16*>(w.data));
     case dtype::q6_k_x16: return f(static_cast<const quant::block_q6_K_x16*>(w.data));
     case dtype::q4_0_x16: return f(static_cast<const quant::block_q4_0_x16*>(w.data));
     default: throw invalid_argument("cpu: weight type " + std::string(name_of(w.type)) + " is not an x16 layout");
@@ -386,7 +387,8 @@ inline void q4_0_x16_linear(const weight_view& w, const float* x, std::size_t n_
   });
 }
 
-/// Y(n_tokens, rows) = X W^T with W in q4_K_x16 or q6_K_x16 (X, quant/kquant_x16.hpp):
+/// Y(n_tokens, rows) = X W^T with W in q4_K_x16, q5_K_x16 or q6_K_x16 (X,
+/// quant/kquant_x16.hpp; q5_K_x16 has its kernel with AVX2 alone, x16_kernel):
 /// threads split the panels. With AVX-512 VNNI, calls of at least
 /// quant::kpanel_min_tokens tokens (prefill) take the prefill panels of the
 /// row-major type (quant/kquant_panels.hpp), packed from the x16 panels: the
@@ -409,38 +411,40 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
   const auto* const a = quantize_activations<quant::block_q8_K>(x, n_tokens, cols, pool, reference);
   const auto* const panels = static_cast<const X*>(w.data);
   const std::size_t work = n_tokens * rows * cols;
+  if constexpr (quant::x16_kernel<X>) {
 #if defined(KESTREL_KQUANT_X16)
-  using B = typename quant::x16_source<X>::type;
-  if (!reference && n_tokens >= quant::kpanel_min_tokens<B>) {
-    // Prefill: the row-major type's panels, packed from the x16 panels (the
-    // same packed blocks, so the same bits as from the file's layout).
-    namespace kp = quant::detail::kp;
-    packed_panel_tiles<kp::kpanel_block>(
-        (rows + 15) / 16, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, work, pool,
-        [&](std::size_t p, kp::kpanel_block* dst) { quant::detail::x16::pack_kpanel(panels + p * nb, nb, dst); },
-        [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
-          kp::kpanel_tokens<B>(src, std::min<std::size_t>(16, rows - 16 * p), a + t0 * nb, nb, nt,
-                               y + t0 * rows + 16 * p, rows);
-        });
-    return;
-  }
+    using B = typename quant::x16_source<X>::type;
+    if (!reference && n_tokens >= quant::kpanel_min_tokens<B>) {
+      // Prefill: the row-major type's panels, packed from the x16 panels (the
+      // same packed blocks, so the same bits as from the file's layout).
+      namespace kp = quant::detail::kp;
+      packed_panel_tiles<kp::kpanel_block>(
+          (rows + 15) / 16, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, work, pool,
+          [&](std::size_t p, kp::kpanel_block* dst) { quant::detail::x16::pack_kpanel(panels + p * nb, nb, dst); },
+          [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
+            kp::kpanel_tokens<B>(src, std::min<std::size_t>(16, rows - 16 * p), a + t0 * nb, nb, nt,
+                                 y + t0 * rows + 16 * p, rows);
+          });
+      return;
+    }
 #endif
 #if defined(KESTREL_X16_KERNEL)
-  if (!reference) {
-    auto tokens = [&](std::size_t p, std::size_t n_rows, float* out) {
-      quant::detail::x16::x16_tokens(panels + p * nb, n_rows, a, nb, n_tokens, out, rows);
-    };
+    if (!reference) {
+      auto tokens = [&](std::size_t p, std::size_t n_rows, float* out) {
+        quant::detail::x16::x16_tokens(panels + p * nb, n_rows, a, nb, n_tokens, out, rows);
+      };
 #if defined(KESTREL_KQUANT_X16_AVX2)
-    // Decode two panels at a time (quant/kquant_x16_avx2.hpp, x16_pairs), the same bits.
-    x16_walk(rows, n_tokens, pool, work, y, tokens, [&](std::size_t p, std::size_t half, float* out) {
-      quant::detail::x16::x16_pairs(panels + p * nb, half, a, nb, out);
-    });
+      // Decode two panels at a time (quant/kquant_x16_avx2.hpp, x16_pairs), the same bits.
+      x16_walk(rows, n_tokens, pool, work, y, tokens, [&](std::size_t p, std::size_t half, float* out) {
+        quant::detail::x16::x16_pairs(panels + p * nb, half, a, nb, out);
+      });
 #else
-    x16_walk(rows, n_tokens, pool, work, y, tokens);
+      x16_walk(rows, n_tokens, pool, work, y, tokens);
 #endif
-    return;
+      return;
+    }
+#endif
   }
-#endif
   x16_twin(rows, n_tokens, pool, work, y, [&](std::size_t p, std::size_t r, std::size_t t) {
     return quant::ref::vec_dot_x16(panels + p * nb, r, a + t * nb, cols);
   });

@@ -1,7 +1,8 @@
-// kestrel/quant/kquant_x16.hpp: q4_K and q6_K with 16 rows interleaved
-// ("q4_K_x16", "q6_K_x16"; dtype::q4_k_x16, q6_k_x16), the layouts
-// cpu_backend gives a file's q4_K and q6_K matrices when it copies them at
-// load (model/backend.hpp), and their dots against q8_K activations:
+// kestrel/quant/kquant_x16.hpp: q4_K, q5_K and q6_K with 16 rows
+// interleaved ("q4_K_x16", "q5_K_x16", "q6_K_x16"; dtype::q4_k_x16, ...),
+// the layouts cpu_backend gives a file's matrices of those types when it
+// copies them at load (model/backend.hpp; q5_K only where x16_kernel says
+// this build has its kernel), and their dots against q8_K activations:
 //
 //   quant::pack_x16(rows, row_bytes, n_rows, nb, panel);      // 16 rows -> nb x16 blocks
 //   quant::pack_x16_panels(rows, row_bytes, n_rows, cols, p0, p1, out);  // panels [p0, p1) of a matrix
@@ -166,6 +167,76 @@ inline void unpack_x16(const block_q4_K_x16* panel, std::size_t r, std::size_t n
   }
 }
 
+/// q5_K interleaved by 16 rows (dtype::q5_k_x16; its kernel is AVX2's,
+/// quant/kquant_x16_avx2.hpp): scales, d and dmin as q4_K's x16 block, then
+/// per unit u (sub-block u, values 32u .. 32u + 31) the low 4 bits qs[g][r]
+/// as q4_K's qs[u][g][r], and the fifth bits qh[r], whose byte j holds at
+/// bit g the fifth bit of value 32u + 4g + j and at bit 4 + g that of value
+/// 32u + 16 + 4g + j (g < 4): the bits that meet the nibbles of byte j of
+/// qs[g][r]. A unit's 320 bytes are together, so the kernel reads a block
+/// front to back (as q6_K's below). 2816 bytes, as 16 rows of q5_K.
+struct alignas(64) block_q5_K_x16 {
+  static constexpr std::size_t values = 256;  // of each row
+  std::uint32_t scales[3][16];  // as block_q4_K_x16's
+  f16 d[16], dmin[16];
+  struct {
+    std::uint8_t qs[4][16][4];  // [g][row r][j], as block_q4_K_x16's qs[u]
+    std::uint8_t qh[16][4];     // [row r][j]: bit g (4 + g) the fifth bit of value 4g + j (16 + 4g + j)
+  } unit[8];
+};
+static_assert(sizeof(block_q5_K_x16) == 2816);
+static_assert(sizeof(block_q5_K_x16) == x16_rows * block_bytes(dtype::q5_k_x16),
+              "dtype.hpp's q5_k_x16 block is a sixteenth of an x16 block");
+
+/// As pack_x16 above, for q5_K: sub-block u's low bits are q4_K's (nibble
+/// u % 2 of qs[32 (u / 2) + k]), its fifth bits bit u of qh[k].
+inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
+                     block_q5_K_x16* out) noexcept {
+  using namespace detail::x16_pack;
+  pack_blocks<block_q5_K>(rows, row_bytes, n_rows, nb, out, [](const block_q5_K& x, block_q5_K_x16& o, std::size_t r) {
+    for (int u = 0; u < 8; ++u) {
+      const std::uint8_t* q = x.qs + 32 * (u / 2);
+      for (int g = 0; g < 4; ++g) {
+        const std::uint32_t v = nibbles(q + 4 * g, q + 16 + 4 * g, u % 2);
+        std::memcpy(o.unit[u].qs[g][r], &v, 4);
+      }
+      for (int j = 0; j < 4; ++j) {
+        std::uint8_t h = 0;
+        for (int g = 0; g < 4; ++g)
+          h = static_cast<std::uint8_t>(h | ((x.qh[4 * g + j] >> u) & 1) << g | ((x.qh[16 + 4 * g + j] >> u) & 1) << (4 + g));
+        o.unit[u].qh[r][j] = h;
+      }
+    }
+    for (int w = 0; w < 3; ++w) o.scales[w][r] = word(x.scales + 4 * w);
+    o.d[r] = x.d;
+    o.dmin[r] = x.dmin;
+  });
+}
+
+/// As unpack_x16 above, for q5_K.
+inline void unpack_x16(const block_q5_K_x16* panel, std::size_t r, std::size_t nb, block_q5_K* out) noexcept {
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q5_K_x16& p = panel[b];
+    block_q5_K& x = out[b];
+    std::memset(&x, 0, sizeof x);
+    for (int u = 0; u < 8; ++u) {
+      std::uint8_t* q = x.qs + 32 * (u / 2);
+      const int t = 4 * (u % 2);
+      for (int g = 0; g < 4; ++g)
+        for (int j = 0; j < 4; ++j) {
+          const std::uint8_t v = p.unit[u].qs[g][r][j], h = p.unit[u].qh[r][j];
+          q[4 * g + j] = static_cast<std::uint8_t>(q[4 * g + j] | (v & 0xF) << t);
+          q[16 + 4 * g + j] = static_cast<std::uint8_t>(q[16 + 4 * g + j] | (v >> 4) << t);
+          x.qh[4 * g + j] = static_cast<std::uint8_t>(x.qh[4 * g + j] | ((h >> g) & 1) << u);
+          x.qh[16 + 4 * g + j] = static_cast<std::uint8_t>(x.qh[16 + 4 * g + j] | ((h >> (4 + g)) & 1) << u);
+        }
+    }
+    for (int w = 0; w < 3; ++w) std::memcpy(x.scales + 4 * w, &p.scales[w][r], 4);
+    x.d = p.d[r];
+    x.dmin = p.dmin[r];
+  }
+}
+
 /// q6_K interleaved by 16 rows (dtype::q6_k_x16): unit[u] holds values 32u
 /// .. 32u + 31 of the 16 rows, ql[g][r] as q4_K's qs (the low 4 bits of
 /// values 32u + 4g + j and 32u + 16 + 4g + j), qh[h][r] byte j bits 2g, 2g +
@@ -193,7 +264,22 @@ static_assert(sizeof(block_q6_K_x16) == x16_rows * block_bytes(dtype::q6_k_x16),
 /// The row-major block each interleaved block holds 16 of.
 template <class X> struct x16_source;
 template <> struct x16_source<block_q4_K_x16> { using type = block_q4_K; };
+template <> struct x16_source<block_q5_K_x16> { using type = block_q5_K; };
 template <> struct x16_source<block_q6_K_x16> { using type = block_q6_K; };
+
+/// Whether this build has X's kernels (detail::x16::x16_tokens, and with
+/// AVX2 x16_pairs): q4_K and q6_K with AVX-512 VNNI or AVX2; q5_K with AVX2
+/// and without VNNI only (its AVX2 row-major decode kernel is compute-bound:
+/// kquant_x16_avx2.hpp). cpu_backend interleaves exactly these at load.
+template <class X>
+inline constexpr bool x16_kernel =
+#if defined(KESTREL_KQUANT_X16_AVX2)
+    true;
+#elif defined(KESTREL_KQUANT_X16)
+    !std::is_same_v<X, block_q5_K_x16>;
+#else
+    false;
+#endif
 
 /// As pack_x16 above, for q6_K. Unit u (values 32u .. 32u + 31) has its low
 /// nibbles in ql[64 (u / 4) + 32 (u % 2) + k], nibble (u % 4) / 2, and its

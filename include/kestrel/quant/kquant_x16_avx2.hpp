@@ -5,6 +5,8 @@
 //   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // as the VNNI kernel
 //   quant::detail::x16::x16_pairs(panels, n, a, nb, out);   // decode: 2n whole panels, two streams
 //
+// for q4_K, q6_K and q5_K (the last only here: quant::x16_kernel).
+//
 // Why: the row-major q4_K kernel (quant/kquants.hpp) spends per 32 weights
 // of one row a vpmaddubsw, a vpmaddwd that applies the sub-block's scale and
 // a shuffle that broadcasts it; on Zen 2 all integer multiplies issue on one
@@ -40,8 +42,21 @@
 // groups of 4): it beat dequantizing into the float GEMM (cpu/matmul.hpp)
 // from 32 to 512 tokens, e.g. TinyLlama Q4_K_M pp512 92 -> 102 t/s.
 //
+// q5_K (dtype::q5_k_x16) has this kernel on AVX2 alone: its row-major AVX2
+// decode kernel (quant/kquants.hpp, kquant_decode_rows) was compute-bound,
+// TinyLlama Q5_K_S tg at 0.69-0.75 of the bandwidth bound. Its codes are
+// q4_K's nibbles with the fifth bit merged in (q5_codes: two shifts, two
+// ands and an or per 32 bytes of codes), and its mins as q4_K's. Measured
+// (kestrel-bench -p 64 -n 32, 2 threads, 2 alternated rounds, t/s row-major
+// / x16): TinyLlama Q5_K_S tg 29.2-29.8 / 41.6-42.0 (bound ratio 0.69-0.70
+// / 0.95-0.97), pp64 68 / 100-101; Q5_K_M (half its attn_v and ffn_down
+// q6_K) tg 24.5-30.4 / 34.7-36.1, pp64 69-70 / 77-78; 110M Q5_K_M tg
+// 266-267 / 352-355, pp64 696-697 / 1013-1042.
+//
 // int16 bounds (a_i in [-128, 127]): q4_K, one vpmaddubsw lane <= 2 * 15 *
-// 128 = 3840, a sub-block's 8 summed <= 30720 < 32767. q6_K (codes <= 63):
+// 128 = 3840, a sub-block's 8 summed <= 30720 < 32767. q5_K (codes <= 31):
+// one lane <= 2 * 31 * 128 = 7936, so four are summed (<= 31744) per
+// vpmaddwd, two vpmaddwd per sub-block. q6_K (codes <= 63):
 // one lane <= 2 * 63 * 128 = 16128, so two are summed (<= 32256) per
 // vpmaddwd, four vpmaddwd per 32 values; the code offset 32 comes off as
 // 32 sum_g sc_g bsum_g (as in kquants.hpp), one vpmaddwd per two sub-blocks.
@@ -94,13 +109,14 @@ inline __m256 halfs(const f16* p) noexcept {
   return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-/// The 6-bit scales (sc) or mins (mn) of rows 8h .. 8h + 7 of a q4_K x16
-/// block, lane r = row 8h + r: v[0] byte k = sub-block k's, v[1] byte k =
+/// The 6-bit scales (sc) or mins (mn) of rows 8h .. 8h + 7 of a q4_K or
+/// q5_K x16 block (the same fields), lane r = row 8h + r: v[0] byte k = sub-block k's, v[1] byte k =
 /// sub-block 4 + k's (kquants.hpp's scales_k4, 8 rows at once).
 struct k4_half {
   __m256i v[2];
 };
-inline k4_half unpack_scales(const block_q4_K_x16& b, int h) noexcept {
+template <class X>
+inline k4_half unpack_scales(const X& b, int h) noexcept {
   const __m256i a = load8(b.scales[0] + 8 * h), c = load8(b.scales[2] + 8 * h);
   const __m256i m3f = _mm256_set1_epi8(0x3f), m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
   // the top two bits of each byte of a to bits 4, 5 (a 32-bit shift: the
@@ -108,7 +124,8 @@ inline k4_half unpack_scales(const block_q4_K_x16& b, int h) noexcept {
   return {{_mm256_and_si256(a, m3f),
            _mm256_or_si256(_mm256_and_si256(c, m0f), _mm256_and_si256(_mm256_srli_epi32(a, 2), m30))}};
 }
-inline k4_half unpack_mins(const block_q4_K_x16& b, int h) noexcept {
+template <class X>
+inline k4_half unpack_mins(const X& b, int h) noexcept {
   const __m256i bw = load8(b.scales[1] + 8 * h), c = load8(b.scales[2] + 8 * h);
   const __m256i m3f = _mm256_set1_epi8(0x3f), m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
   return {{_mm256_and_si256(bw, m3f),
@@ -134,6 +151,23 @@ inline void q6_codes(__m256i ql, __m256i qh0, __m256i qh1, int g, __m256i& lo, _
   hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(ql, 4), m0f), _mm256_and_si256(to_bit4(qh1), m30));
 }
 
+/// q5_K's 5-bit codes of one load of qs (8 rows): values 4g + j (lo) and 16
+/// + 4g + j (hi) of the unit, the fifth bits from bits g and 4 + g of the
+/// unit's qh load (moved to bit 4; a 16-bit shift by at most 4 moves no bit
+/// that lands on bit 4 of a byte across bytes).
+inline void q5_codes(__m256i qs, __m256i qh, int g, __m256i& lo, __m256i& hi) noexcept {
+  const __m256i m0f = _mm256_set1_epi8(0x0f), m10 = _mm256_set1_epi8(0x10);
+  __m256i blo, bhi;  // bit g, bit 4 + g at bit 4
+  switch (g) {
+    case 0: blo = _mm256_slli_epi16(qh, 4), bhi = qh; break;
+    case 1: blo = _mm256_slli_epi16(qh, 3), bhi = _mm256_srli_epi16(qh, 1); break;
+    case 2: blo = _mm256_slli_epi16(qh, 2), bhi = _mm256_srli_epi16(qh, 2); break;
+    default: blo = _mm256_slli_epi16(qh, 1), bhi = _mm256_srli_epi16(qh, 3); break;
+  }
+  lo = _mm256_or_si256(_mm256_and_si256(qs, m0f), _mm256_and_si256(blo, m10));
+  hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(qs, 4), m0f), _mm256_and_si256(bhi, m10));
+}
+
 /// Lane r: the int16 pair (s, s) of the int8 scales p[0..8), sign-extended.
 inline __m256i scale_dup(const std::int8_t* p) noexcept {
   const __m256i v = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
@@ -145,7 +179,8 @@ inline __m256i scale_dup(const std::int8_t* p) noexcept {
 /// stored: the sub-block loop reads them from L1 rather than holding them in
 /// registers (AVX2 has 16), and stays a loop (GCC fully unrolled it spills
 /// the activations' broadcasts).
-inline void scale_pairs(const block_q4_K_x16& b, __m256i (*out)[2]) noexcept {
+template <class X>
+inline void scale_pairs(const X& b, __m256i (*out)[2]) noexcept {
 #pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const k4_half sc = unpack_scales(b, h);
@@ -208,7 +243,7 @@ template <class X> inline constexpr std::size_t unit_bytes = (sizeof(X) - head_b
 
 template <class X, std::size_t NT, std::size_t NP = 1, bool Prefetch = false>
 inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m256* acc) noexcept {
-  constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>;
+  constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>, q5 = std::is_same_v<X, block_q5_K_x16>;
   constexpr std::size_t NA = 2 * NP * NT;  // accumulators
   __m256 accm[NA];
   for (std::size_t k = 0; k < NA; ++k) acc[k] = accm[k] = _mm256_setzero_ps();
@@ -250,6 +285,39 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
               }
             }
           }
+        }
+      } else if constexpr (q5) {
+        // Codes up to 31: a vpmaddubsw lane <= 2 * 31 * 128 = 7936, so the
+        // lo and hi products of two loads are summed in int16 (<= 31744)
+        // per vpmaddwd, two vpmaddwd per sub-block.
+        __m256i qh[NP][2];
+        for (std::size_t i = 0; i < NP; ++i)
+          for (int h = 0; h < 2; ++h) qh[i][h] = load8(p[i][b].unit[u].qh[8 * h]);
+#pragma GCC unroll 2
+        for (int g0 = 0; g0 < 4; g0 += 2) {
+          __m256i s[NT][NP][2];
+          for (std::size_t t = 0; t < NT; ++t)
+            for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+          for (int g = g0; g < g0 + 2; ++g) {
+            __m256i alo[NT], ahi[NT];
+            for (std::size_t t = 0; t < NT; ++t) {
+              const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+              alo[t] = bcast4(q), ahi[t] = bcast4(q + 16);
+            }
+            for (std::size_t i = 0; i < NP; ++i)
+#pragma GCC unroll 2
+              for (int h = 0; h < 2; ++h) {
+                __m256i lo, hi;
+                q5_codes(load8(p[i][b].unit[u].qs[g] + 8 * h), qh[i][h], g, lo, hi);
+                for (std::size_t t = 0; t < NT; ++t)
+                  s[t][i][h] = _mm256_add_epi16(s[t][i][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]),
+                                                                             _mm256_maddubs_epi16(hi, ahi[t])));
+              }
+          }
+          for (std::size_t t = 0; t < NT; ++t)
+            for (std::size_t i = 0; i < NP; ++i)
+              for (int h = 0; h < 2; ++h) tot[t][i][h] = _mm256_add_epi32(tot[t][i][h], _mm256_madd_epi16(s[t][i][h], scp[i][u][h]));
         }
       } else {
         __m256i s[NT][NP][2];
