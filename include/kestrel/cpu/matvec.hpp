@@ -4,7 +4,8 @@
 // Decode is bound by memory bandwidth (every weight is read once per token),
 // so the kernel streams each weight row exactly once, converts f16 / bf16 to
 // f32 in registers (no temporary row), and reads each thread's rows as two
-// long sequential streams. Rows are split across the thread pool.
+// (f32 on AVX2: four) long sequential streams. Rows are split across the
+// thread pool.
 #pragma once
 
 #include <algorithm>
@@ -39,7 +40,21 @@ namespace detail {
 /// streams: TinyLlama shape 14.1 / 14.6 / 14.6 t/s and 13.1 / 14.1 / 14.8,
 /// 110M shape 121 / 140 / 140 and 133 / 142 / 108: 2 is never far behind.
 /// x stays in L1, so reloading it for each row costs nothing measurable.
-inline constexpr std::size_t matvec_streams = 2;
+/// f32 on AVX2 without AVX-512 takes 4 (four quarters of the range): on Zen
+/// 2, a /tmp harness (1 GiB of f32 rows in huge pages, 2 threads, 2048
+/// columns, median of 9) read 27-28 GB/s with 2 streams and 31.7-32.3 with
+/// 4, and kestrel-bench tg32 (2 threads, 4 alternated rounds) gave
+/// TinyLlama f32 7.7-8.0 t/s with 2 and 7.8-8.2 with 4, 110M f32 (3
+/// rounds) 72.9-74.9 and 75.6-76.5; f16 showed no difference (TinyLlama
+/// 15.6-20.7 t/s either way, the host changing level mid-run). A row's
+/// result does not depend on the streams (row_acc), so neither do the bits.
+template <class T>
+inline constexpr std::size_t matvec_streams =
+#if defined(__AVX2__) && !defined(__AVX512F__)
+    sizeof(T) == 4 ? 4 : 2;
+#else
+    2;
+#endif
 
 /// Software prefetch of matvec_rows' streams, bytes ahead, non-temporal, once
 /// per step of each stream (a step is 64 bytes of f32 or 32 of f16 / bf16
@@ -85,7 +100,7 @@ struct row_acc {
 /// y[r] = dot(w row r, x) for r in [r0, r1). w: (rows, cols), x: (cols), y: (rows)
 template <class T>
 inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0, std::size_t r1) noexcept {
-  constexpr std::size_t W = simd::width, S = matvec_streams;
+  constexpr std::size_t W = simd::width, S = matvec_streams<T>;
   const std::size_t main = cols - cols % (2 * W);
   const std::size_t per = (r1 - r0) / S;
   // Rows r0 + s * per + j for the S streams s side by side; the last
