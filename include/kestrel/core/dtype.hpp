@@ -15,14 +15,14 @@ namespace kestrel {
 
 /// Element types of weights. The float types hold one value per element;
 /// the GGUF block types (quant/) hold block_size(t) values in
-/// block_bytes(t) bytes. q4_k_x16, q5_k_x16, q6_k_x16 and q4_0_x16 are no
-/// file's types: q4_K, q5_K, q6_K and q4_0 with 16 rows interleaved
+/// block_bytes(t) bytes. The _x16 types (q4_k_x16 and after) are no
+/// file's types: q4_K, q6_K, q4_0, q5_K and q3_K with 16 rows interleaved
 /// (quant/kquant_x16.hpp, quant/legacy_x16.hpp), what cpu_backend makes of
 /// a file's matrices of those types at load; their blocks hold 16 rows' 256
 /// (q4_0: 32) values in 16 * block_bytes bytes, so a matrix is whole panels
 /// of panel_rows(t) rows.
 enum class dtype : std::uint8_t {
-  f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_x16, q6_k_x16, q4_0_x16, q5_k_x16
+  f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_x16, q6_k_x16, q4_0_x16, q5_k_x16, q3_k_x16
 };
 
 constexpr bool is_quantized(dtype t) noexcept { return t >= dtype::q4_0; }
@@ -49,13 +49,14 @@ constexpr std::size_t block_bytes(dtype t) noexcept {
     case dtype::q6_k_x16: return 212;  // 3392 bytes per 16 rows' block
     case dtype::q4_0_x16: return 18;   // 288 bytes per 16 rows' block, as q4_0
     case dtype::q5_k_x16: return 176;  // 2816 bytes per 16 rows' block, as q5_K
+    case dtype::q3_k_x16: return 112;  // 1792 bytes per 16 rows' block (q3_K: 1760)
   }
   return 0;
 }
 /// Rows a matrix of this type is stored in groups of (its last group padded
 /// with zero rows): 16 for the interleaved types, else 1.
 constexpr std::size_t panel_rows(dtype t) noexcept {
-  return t == dtype::q4_k_x16 || t == dtype::q5_k_x16 || t == dtype::q6_k_x16 || t == dtype::q4_0_x16 ? 16 : 1;
+  return t >= dtype::q4_k_x16 ? 16 : 1;  // q4_k_x16 and the types after it
 }
 /// Bytes per element of a float type (the block types have no such size).
 constexpr std::size_t size_of(dtype t) noexcept { return block_size(t) == 1 ? block_bytes(t) : 0; }
@@ -78,6 +79,7 @@ constexpr std::string_view name_of(dtype t) noexcept {
     case dtype::q6_k_x16: return "q6_K_x16";
     case dtype::q4_0_x16: return "q4_0_x16";
     case dtype::q5_k_x16: return "q5_K_x16";
+    case dtype::q3_k_x16: return "q3_K_x16";
   }
   return "?";
 }

@@ -237,6 +237,74 @@ inline void unpack_x16(const block_q5_K_x16* panel, std::size_t r, std::size_t n
   }
 }
 
+/// q3_K interleaved by 16 rows (dtype::q3_k_x16; AVX2's kernel, as
+/// q5_K's): scales[w][r] the w-th word of row r's 12 packed scale bytes, d
+/// per row, then per unit u (values 32u .. 32u + 31, sub-blocks 2u and 2u +
+/// 1) ql[h][r], whose byte j holds at bits 2g, 2g + 1 the low two bits of
+/// value 32u + 16h + 4g + j, and hmask[r], whose byte j holds at bit g (4 +
+/// g) the high bit of value 32u + 4g + j (32u + 16 + 4g + j) (q3_K's hmask
+/// bit: set means no offset, so code = low | high << 2 is value + 4). 32
+/// bytes of padding after d put the units on cache lines: 1792 bytes per 16
+/// rows, against 1760 for 16 rows of q3_K.
+struct alignas(64) block_q3_K_x16 {
+  static constexpr std::size_t values = 256;  // of each row
+  std::uint32_t scales[3][16];  // [w][r]: bytes 4w .. 4w + 3 of row r's block_q3_K::scales
+  f16 d[16];
+  std::uint8_t pad[32];
+  struct {
+    std::uint8_t ql[2][16][4];  // [h][row r][j]: bits 2g, 2g + 1 the low bits of value 16h + 4g + j
+    std::uint8_t hmask[16][4];  // [row r][j]: bit g (4 + g) the high bit of value 4g + j (16 + 4g + j)
+  } unit[8];
+};
+static_assert(sizeof(block_q3_K_x16) == 1792);
+static_assert(sizeof(block_q3_K_x16) == x16_rows * block_bytes(dtype::q3_k_x16),
+              "dtype.hpp's q3_k_x16 block is a sixteenth of an x16 block");
+
+/// As pack_x16 above, for q3_K: value i's low bits at qs[byte2(i)] >>
+/// shift2(i) (quant::detail's), its high bit bit i / 32 of hmask[i % 32].
+inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
+                     block_q3_K_x16* out) noexcept {
+  using namespace detail::x16_pack;
+  pack_blocks<block_q3_K>(rows, row_bytes, n_rows, nb, out, [](const block_q3_K& x, block_q3_K_x16& o, std::size_t r) {
+    for (int u = 0; u < 8; ++u) {
+      const std::uint8_t* q = x.qs + 32 * (u / 4);
+      const int sh = 2 * (u % 4);
+      for (int h = 0; h < 2; ++h) {
+        const std::uint32_t v = crumbs(q + 16 * h, sh);
+        std::memcpy(o.unit[u].ql[h][r], &v, 4);
+      }
+      for (int j = 0; j < 4; ++j) {
+        std::uint8_t m = 0;
+        for (int g = 0; g < 4; ++g)
+          m = static_cast<std::uint8_t>(m | ((x.hmask[4 * g + j] >> u) & 1) << g | ((x.hmask[16 + 4 * g + j] >> u) & 1) << (4 + g));
+        o.unit[u].hmask[r][j] = m;
+      }
+    }
+    for (int w = 0; w < 3; ++w) o.scales[w][r] = word(x.scales + 4 * w);
+    o.d[r] = x.d;
+  });
+}
+
+/// As unpack_x16 above, for q3_K.
+inline void unpack_x16(const block_q3_K_x16* panel, std::size_t r, std::size_t nb, block_q3_K* out) noexcept {
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q3_K_x16& p = panel[b];
+    block_q3_K& x = out[b];
+    std::memset(&x, 0, sizeof x);
+    for (int u = 0; u < 8; ++u)
+      for (int h = 0; h < 2; ++h)
+        for (int g = 0; g < 4; ++g)
+          for (int j = 0; j < 4; ++j) {
+            const int i = 32 * u + 16 * h + 4 * g + j;
+            const int lo = (p.unit[u].ql[h][r][j] >> (2 * g)) & 3, hi = (p.unit[u].hmask[r][j] >> (4 * h + g)) & 1;
+            x.qs[detail::byte2(i)] = static_cast<std::uint8_t>(x.qs[detail::byte2(i)] | lo << detail::shift2(i));
+            x.hmask[i % 32] = static_cast<std::uint8_t>(x.hmask[i % 32] | hi << u);
+          }
+    for (int w = 0; w < 3; ++w) std::memcpy(x.scales + 4 * w, &p.scales[w][r], 4);
+    x.d = p.d[r];
+  }
+}
+
 /// q6_K interleaved by 16 rows (dtype::q6_k_x16): unit[u] holds values 32u
 /// .. 32u + 31 of the 16 rows, ql[g][r] as q4_K's qs (the low 4 bits of
 /// values 32u + 4g + j and 32u + 16 + 4g + j), qh[h][r] byte j bits 2g, 2g +
@@ -264,19 +332,21 @@ static_assert(sizeof(block_q6_K_x16) == x16_rows * block_bytes(dtype::q6_k_x16),
 /// The row-major block each interleaved block holds 16 of.
 template <class X> struct x16_source;
 template <> struct x16_source<block_q4_K_x16> { using type = block_q4_K; };
+template <> struct x16_source<block_q3_K_x16> { using type = block_q3_K; };
 template <> struct x16_source<block_q5_K_x16> { using type = block_q5_K; };
 template <> struct x16_source<block_q6_K_x16> { using type = block_q6_K; };
 
 /// Whether this build has X's kernels (detail::x16::x16_tokens, and with
-/// AVX2 x16_pairs): q4_K and q6_K with AVX-512 VNNI or AVX2; q5_K with AVX2
-/// and without VNNI only (its AVX2 row-major decode kernel is compute-bound:
-/// kquant_x16_avx2.hpp). cpu_backend interleaves exactly these at load.
+/// AVX2 x16_pairs): q4_K and q6_K with AVX-512 VNNI or AVX2; q3_K and q5_K
+/// with AVX2 and without VNNI only (their AVX2 row-major decode kernels are
+/// compute-bound: kquant_x16_avx2.hpp). cpu_backend interleaves exactly
+/// these at load.
 template <class X>
 inline constexpr bool x16_kernel =
 #if defined(KESTREL_KQUANT_X16_AVX2)
     true;
 #elif defined(KESTREL_KQUANT_X16)
-    !std::is_same_v<X, block_q5_K_x16>;
+    std::is_same_v<X, block_q4_K_x16> || std::is_same_v<X, block_q6_K_x16>;
 #else
     false;
 #endif

@@ -5,7 +5,7 @@
 //   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // as the VNNI kernel
 //   quant::detail::x16::x16_pairs(panels, n, a, nb, out);   // decode: 2n whole panels, two streams
 //
-// for q4_K, q6_K and q5_K (the last only here: quant::x16_kernel).
+// for q4_K, q6_K, q5_K and q3_K (the last two only here: quant::x16_kernel).
 //
 // Why: the row-major q4_K kernel (quant/kquants.hpp) spends per 32 weights
 // of one row a vpmaddubsw, a vpmaddwd that applies the sub-block's scale and
@@ -53,10 +53,18 @@
 // q6_K) tg 24.5-30.4 / 34.7-36.1, pp64 69-70 / 77-78; 110M Q5_K_M tg
 // 266-267 / 352-355, pp64 696-697 / 1013-1042.
 //
+// q3_K (dtype::q3_k_x16) likewise: its codes (value + 4, in [0, 7]) are
+// its two low bits and its high bit merged (q3_codes), its scales unpacked
+// from the 12 bytes per row in the block (q3_scales), the offset 4 taken
+// off as q6_K's 32 is. TinyLlama Q3_K_M (mostly q3_K), same commands: tg
+// 38.9-39.1 / 47.5-47.9 (bound ratio 0.66-0.69 / 0.83-0.86), pp64 84.7 /
+// 100-102; Q2_K (whose q2_K matrices stay row-major) tg 40.7 / 45.7-46.0.
+//
 // int16 bounds (a_i in [-128, 127]): q4_K, one vpmaddubsw lane <= 2 * 15 *
 // 128 = 3840, a sub-block's 8 summed <= 30720 < 32767. q5_K (codes <= 31):
 // one lane <= 2 * 31 * 128 = 7936, so four are summed (<= 31744) per
-// vpmaddwd, two vpmaddwd per sub-block. q6_K (codes <= 63):
+// vpmaddwd, two vpmaddwd per sub-block. q3_K (codes <= 7): one lane <=
+// 1792, a 16-value sub-block's four summed <= 7168. q6_K (codes <= 63):
 // one lane <= 2 * 63 * 128 = 16128, so two are summed (<= 32256) per
 // vpmaddwd, four vpmaddwd per 32 values; the code offset 32 comes off as
 // 32 sum_g sc_g bsum_g (as in kquants.hpp), one vpmaddwd per two sub-blocks.
@@ -199,6 +207,75 @@ inline void scale_pairs(const block_q6_K_x16& b, __m256i (*out)[2]) noexcept {
     }
 }
 
+/// q3_K's 6-bit scales plus 32 (unsigned) of rows 8h .. 8h + 7, lane r =
+/// row 8h + r: v[k] byte j = sub-block 4k + j's (kquants_format.hpp's
+/// get_scale_k3, 8 rows at once; a 32-bit shift moves bits across bytes
+/// only where the masks clear them).
+inline void q3_scales(const block_q3_K_x16& b, int h, __m256i* v) noexcept {
+  const __m256i w0 = load8(b.scales[0] + 8 * h), w1 = load8(b.scales[1] + 8 * h), w2 = load8(b.scales[2] + 8 * h);
+  const __m256i m0f = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+  v[0] = _mm256_or_si256(_mm256_and_si256(w0, m0f), _mm256_and_si256(_mm256_slli_epi32(w2, 4), m30));
+  v[1] = _mm256_or_si256(_mm256_and_si256(w1, m0f), _mm256_and_si256(_mm256_slli_epi32(w2, 2), m30));
+  v[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w0, 4), m0f), _mm256_and_si256(w2, m30));
+  v[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w1, 4), m0f), _mm256_and_si256(_mm256_srli_epi32(w2, 2), m30));
+}
+/// q3_K: out[k][h] for sub-block k (values 16k .. 16k + 15), the scale
+/// less 32, in [-32, 31].
+inline void scale_pairs(const block_q3_K_x16& b, __m256i (*out)[2]) noexcept {
+  const __m256i m32 = _mm256_set1_epi16(32);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h) {
+    __m256i v[4];
+    q3_scales(b, h, v);
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; ++k) out[k][h] = _mm256_sub_epi16(_mm256_shuffle_epi8(v[k / 4], ctrl_dup(k % 4)), m32);
+  }
+}
+
+/// The types whose codes carry an offset (q6_K: 32, q3_K: 4 = 2^offset_shift)
+/// taken off per block as offset * sum_k sc_k bsum_k: out[u] lane r the int16
+/// pair (sc_2u, sc_2u+1) of row 8h + r.
+inline void offset_pairs(const block_q6_K_x16& b, int h, __m256i* out) noexcept {
+#pragma GCC unroll 8
+  for (int u = 0; u < 8; ++u) {
+    const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[u][0] + 8 * h));
+    const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(b.scales[u][1] + 8 * h));
+    out[u] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));
+  }
+}
+inline void offset_pairs(const block_q3_K_x16& b, int h, __m256i* out) noexcept {
+  const __m256i m32 = _mm256_set1_epi16(32);
+  __m256i v[4];
+  q3_scales(b, h, v);
+#pragma GCC unroll 8
+  for (int u = 0; u < 8; ++u) out[u] = _mm256_sub_epi16(_mm256_shuffle_epi8(v[u / 2], ctrl_pair(2 * (u % 2))), m32);
+}
+template <class X> inline constexpr int offset_shift = std::is_same_v<X, block_q6_K_x16> ? 5 : 2;
+
+/// q3_K's 3-bit codes (value + 4) of one unit's loads (8 rows): values 4g +
+/// j (lo: low bits from ql0, high bit from bit g of hm) and 16 + 4g + j (hi:
+/// ql1, bit 4 + g), each moved to bit 2 by a 16-bit shift that moves no bit
+/// it keeps across bytes.
+inline void q3_codes(__m256i ql0, __m256i ql1, __m256i hm, int g, __m256i& lo, __m256i& hi) noexcept {
+  const __m256i m03 = _mm256_set1_epi8(0x03), m04 = _mm256_set1_epi8(0x04);
+  __m256i blo, l0, l1;
+  switch (g) {
+    case 0: blo = _mm256_slli_epi16(hm, 2), l0 = ql0, l1 = ql1; break;
+    case 1: blo = _mm256_slli_epi16(hm, 1), l0 = _mm256_srli_epi16(ql0, 2), l1 = _mm256_srli_epi16(ql1, 2); break;
+    case 2: blo = hm, l0 = _mm256_srli_epi16(ql0, 4), l1 = _mm256_srli_epi16(ql1, 4); break;
+    default: blo = _mm256_srli_epi16(hm, 1), l0 = _mm256_srli_epi16(ql0, 6), l1 = _mm256_srli_epi16(ql1, 6); break;
+  }
+  __m256i bhi;
+  switch (g) {
+    case 0: bhi = _mm256_srli_epi16(hm, 2); break;
+    case 1: bhi = _mm256_srli_epi16(hm, 3); break;
+    case 2: bhi = _mm256_srli_epi16(hm, 4); break;
+    default: bhi = _mm256_srli_epi16(hm, 5); break;
+  }
+  lo = _mm256_or_si256(_mm256_and_si256(l0, m03), _mm256_and_si256(blo, m04));
+  hi = _mm256_or_si256(_mm256_and_si256(l1, m03), _mm256_and_si256(bhi, m04));
+}
+
 /// s[t][i][h] (lane r: 2 int16 of row 8h + r of panel i) = the products of
 /// 32 nibble codes with token t's 32 activations: codes(i, g), g < 4, the
 /// 16 rows x 4 bytes whose low nibbles are values 4g + j and high nibbles
@@ -238,17 +315,18 @@ inline void nibble_sums(Codes&& codes, Acts&& acts, __m256i (*s)[NP][2]) noexcep
 /// distance measured in the header).
 inline constexpr std::size_t prefetch_bytes = 576;
 /// Header bytes (scales, d, dmin) and one unit's code bytes of a block.
-template <class X> inline constexpr std::size_t head_bytes = std::is_same_v<X, block_q6_K_x16> ? 320 : 256;
+template <class X> inline constexpr std::size_t head_bytes = std::is_same_v<X, block_q6_K_x16> ? 320 : 256;  // q3_K: with its padding
 template <class X> inline constexpr std::size_t unit_bytes = (sizeof(X) - head_bytes<X>) / 8;
 
 template <class X, std::size_t NT, std::size_t NP = 1, bool Prefetch = false>
 inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m256* acc) noexcept {
-  constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>, q5 = std::is_same_v<X, block_q5_K_x16>;
+  constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>, q5 = std::is_same_v<X, block_q5_K_x16>,
+                 q3 = std::is_same_v<X, block_q3_K_x16>;
   constexpr std::size_t NA = 2 * NP * NT;  // accumulators
   __m256 accm[NA];
   for (std::size_t k = 0; k < NA; ++k) acc[k] = accm[k] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < nb; ++b) {
-    __m256i scp[NP][q6 ? 16 : 8][2];
+    __m256i scp[NP][q6 || q3 ? 16 : 8][2];
     for (std::size_t i = 0; i < NP; ++i) {
       scale_pairs(p[i][b], scp[i]);
     }
@@ -286,6 +364,37 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
             }
           }
         }
+      } else if constexpr (q3) {
+        // Codes up to 7: a vpmaddubsw lane <= 2 * 7 * 128 = 1792, a
+        // sub-block's 4 summed <= 7168 in int16; one vpmaddwd per sub-block.
+        __m256i s[NT][NP][2][2];  // [.][.][h][sub-block 2u + k]
+        for (std::size_t t = 0; t < NT; ++t)
+          for (std::size_t i = 0; i < NP; ++i)
+            for (int h = 0; h < 2; ++h) s[t][i][h][0] = s[t][i][h][1] = _mm256_setzero_si256();
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) {
+          __m256i alo[NT], ahi[NT];
+          for (std::size_t t = 0; t < NT; ++t) {
+            const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+            alo[t] = bcast4(q), ahi[t] = bcast4(q + 16);
+          }
+          for (std::size_t i = 0; i < NP; ++i)
+#pragma GCC unroll 2
+            for (int h = 0; h < 2; ++h) {
+              const auto& un = p[i][b].unit[u];
+              __m256i lo, hi;
+              q3_codes(load8(un.ql[0] + 8 * h), load8(un.ql[1] + 8 * h), load8(un.hmask[8 * h]), g, lo, hi);
+              for (std::size_t t = 0; t < NT; ++t) {
+                s[t][i][h][0] = _mm256_add_epi16(s[t][i][h][0], _mm256_maddubs_epi16(lo, alo[t]));
+                s[t][i][h][1] = _mm256_add_epi16(s[t][i][h][1], _mm256_maddubs_epi16(hi, ahi[t]));
+              }
+            }
+        }
+        for (std::size_t t = 0; t < NT; ++t)
+          for (std::size_t i = 0; i < NP; ++i)
+            for (int h = 0; h < 2; ++h)
+              tot[t][i][h] = _mm256_add_epi32(tot[t][i][h], _mm256_add_epi32(_mm256_madd_epi16(s[t][i][h][0], scp[i][2 * u][h]),
+                                                                           _mm256_madd_epi16(s[t][i][h][1], scp[i][2 * u + 1][h])));
       } else if constexpr (q5) {
         // Codes up to 31: a vpmaddubsw lane <= 2 * 31 * 128 = 7936, so the
         // lo and hi products of two loads are summed in int16 (<= 31744)
@@ -333,15 +442,10 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256 d = halfs(pb.d + 8 * h);
-        if constexpr (q6) {
-          // the code offset: tot -= 32 sum_k sc_k bsum_k, sub-blocks k in pairs
+        if constexpr (q6 || q3) {
+          // the code offset: tot -= offset sum_k sc_k bsum_k, sub-blocks k in pairs
           __m256i scp2[8];
-#pragma GCC unroll 8
-          for (int u = 0; u < 8; ++u) {
-            const __m128i s0 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][0] + 8 * h));
-            const __m128i s1 = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pb.scales[u][1] + 8 * h));
-            scp2[u] = _mm256_cvtepi8_epi16(_mm_unpacklo_epi8(s0, s1));  // lane r: (sc_2u, sc_2u+1)
-          }
+          offset_pairs(pb, h, scp2);
           for (std::size_t t = 0; t < NT; ++t) {
             const block_q8_K& ab = a[t * stride + b];
             __m256i corr = _mm256_setzero_si256();
@@ -351,7 +455,7 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
               std::memcpy(&pair, ab.bsums + 2 * u, 4);
               corr = _mm256_add_epi32(corr, _mm256_madd_epi16(scp2[u], _mm256_set1_epi32(pair)));
             }
-            const __m256i st = _mm256_sub_epi32(tot[t][i][h], _mm256_slli_epi32(corr, 5));
+            const __m256i st = _mm256_sub_epi32(tot[t][i][h], _mm256_slli_epi32(corr, offset_shift<X>));
             __m256& o = acc[(NP * t + i) * 2 + h];
             o = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(st), o);
           }
@@ -376,7 +480,7 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
       }
     }
   }
-  if constexpr (!q6)
+  if constexpr (!q6 && !q3)
     for (std::size_t k = 0; k < NA; ++k) acc[k] = _mm256_add_ps(acc[k], accm[k]);
 }
 
