@@ -306,7 +306,7 @@ TEST_CASE("cpu: k-quant matvec / matmul == scalar twins") {
   check_kquant_linear<q::block_q6_K>(dtype::q6_k);
 }
 
-// ---- q3_K, q4_K, q5_K and q6_K interleaved by 16 rows (dtype::q3_k_x16 / q4_k_x16 / ..., quant/kquant_x16.hpp) ----
+// ---- the k-quants interleaved by 16 rows (dtype::q2_k_x16 .. q6_k_x16, quant/kquant_x16.hpp) ----
 //
 // The same matrix row-major and interleaved: the interleaved matmul /
 // matvec / fused forms within kquant_tol of the row-major scalar twin (the
@@ -439,10 +439,11 @@ void check_x16_linear(dtype row_major, dtype interleaved) {
 
 }  // namespace
 
-TEST_CASE("cpu: q3_K_x16 / q4_K_x16 / q5_K_x16 / q6_K_x16 matvec / matmul / fused forms == the row-major scalar twins") {
+TEST_CASE("cpu: q2_K_x16 / q3_K_x16 / q4_K_x16 / q5_K_x16 / q6_K_x16 matvec / matmul / fused forms == the row-major scalar twins") {
   check_x16_linear<q::block_q4_K_x16>(dtype::q4_k, dtype::q4_k_x16);
   check_x16_linear<q::block_q5_K_x16>(dtype::q5_k, dtype::q5_k_x16);  // the twin where no kernel (x16_kernel)
   check_x16_linear<q::block_q3_K_x16>(dtype::q3_k, dtype::q3_k_x16);
+  check_x16_linear<q::block_q2_K_x16>(dtype::q2_k, dtype::q2_k_x16);
   check_x16_linear<q::block_q6_K_x16>(dtype::q6_k, dtype::q6_k_x16);
 }
 

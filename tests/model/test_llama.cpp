@@ -349,12 +349,12 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
   }
 }
 
-TEST_CASE("q3_K, q4_K, q5_K, q6_K and q4_0 matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {
-  // A q4_K (then q5_K, q3_K, q6_K, q4_0) model with the output tied to the
-  // embeddings (so the embedding lookup reads the interleaved matrix too),
-  // through a GGUF file. q4_K and q6_K are interleaved with AVX2 or AVX-512
-  // VNNI, q3_K, q5_K and q4_0 with AVX2 and without VNNI (whose row-major
-  // kernels for them stay).
+TEST_CASE("k-quant and q4_0 matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {
+  // A q4_K (then q5_K, q3_K, q2_K, q6_K, q4_0) model with the output tied
+  // to the embeddings (so the embedding lookup reads the interleaved matrix
+  // too), through a GGUF file. q4_K and q6_K are interleaved with AVX2 or
+  // AVX-512 VNNI, q2_K, q3_K, q5_K and q4_0 with AVX2 and without VNNI
+  // (whose row-major kernels for them stay).
 #if defined(KESTREL_X16_KERNEL)
   constexpr bool kquants_x16 = true;
 #else
@@ -368,9 +368,11 @@ TEST_CASE("q3_K, q4_K, q5_K, q6_K and q4_0 matrices copied at load are interleav
   struct layout { dtype type, interleaved; bool at_load; };
   constexpr bool q5_k_x16 = kquants_x16 && quant::x16_kernel<quant::block_q5_K_x16>;  // AVX2 without VNNI
   constexpr bool q3_k_x16 = kquants_x16 && quant::x16_kernel<quant::block_q3_K_x16>;  // the same
+  constexpr bool q2_k_x16 = kquants_x16 && quant::x16_kernel<quant::block_q2_K_x16>;  // the same
   for (const auto [type, interleaved, at_load] : {layout{dtype::q4_k, dtype::q4_k_x16, kquants_x16},
                                                   layout{dtype::q5_k, dtype::q5_k_x16, q5_k_x16},
                                                   layout{dtype::q3_k, dtype::q3_k_x16, q3_k_x16},
+                                                  layout{dtype::q2_k, dtype::q2_k_x16, q2_k_x16},
                                                   layout{dtype::q6_k, dtype::q6_k_x16, kquants_x16},
                                                   layout{dtype::q4_0, dtype::q4_0_x16, q4_0_x16}}) {
     CAPTURE(name_of(type));

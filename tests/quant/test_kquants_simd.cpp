@@ -426,6 +426,7 @@ TEST_CASE("x16 layouts: pack then unpack gives every row back bit for bit; paddi
   check_x16_roundtrip<q::block_q4_K_x16>("q4_K", 301);
   check_x16_roundtrip<q::block_q5_K_x16>("q5_K", 321);
   check_x16_roundtrip<q::block_q3_K_x16>("q3_K", 331);
+  check_x16_roundtrip<q::block_q2_K_x16>("q2_K", 341);
   check_x16_roundtrip<q::block_q6_K_x16>("q6_K", 311);
 }
 
@@ -487,6 +488,7 @@ TEST_CASE("x16 kernel: every row and token within the derived bound of exact and
   check_x16_kernel<q::block_q6_K_x16>("q6_K", 312);
   if constexpr (q::x16_kernel<q::block_q5_K_x16>) check_x16_kernel<q::block_q5_K_x16>("q5_K", 322);
   if constexpr (q::x16_kernel<q::block_q3_K_x16>) check_x16_kernel<q::block_q3_K_x16>("q3_K", 332);
+  if constexpr (q::x16_kernel<q::block_q2_K_x16>) check_x16_kernel<q::block_q2_K_x16>("q2_K", 342);
 }
 
 TEST_CASE("x16 kernel: the largest integer sums") {
@@ -505,6 +507,8 @@ TEST_CASE("x16 kernel: the largest integer sums") {
       check.template operator()<q::block_q5_K_x16>();
     if constexpr (std::is_same_v<B, q::block_q3_K> && q::x16_kernel<q::block_q3_K_x16>)
       check.template operator()<q::block_q3_K_x16>();
+    if constexpr (std::is_same_v<B, q::block_q2_K> && q::x16_kernel<q::block_q2_K_x16>)
+      check.template operator()<q::block_q2_K_x16>();
   });
 }
 #endif

@@ -86,6 +86,7 @@ template <class F>
 decltype(auto) visit_x16(const weight_view& w, F&& f) {
   switch (w.type) {
     case dtype::q4_k_x16: return f(static_cast<const quant::block_q4_K_x16*>(w.data));
+    case dtype::q2_k_x16: return f(static_cast<const quant::block_q2_K_x16*>(w.data));
     case dtype::q3_k_x16: return f(static_cast<const quant::block_q3_K_x16*>(w.data));
     case dtype::q5_k_x16: return f(static_cast<const quant::block_q5_K_x16*>(w.data));
     case dtype::q6_k_x16: return f(static_cast<const quant::block_q6_K_x16*>(w.data));
@@ -388,9 +389,9 @@ inline void q4_0_x16_linear(const weight_view& w, const float* x, std::size_t n_
   });
 }
 
-/// Y(n_tokens, rows) = X W^T with W in q3_K_x16, q4_K_x16, q5_K_x16 or
-/// q6_K_x16 (X, quant/kquant_x16.hpp; q3_K and q5_K have their kernel with
-/// AVX2 alone, x16_kernel):
+/// Y(n_tokens, rows) = X W^T with W in a k-quant x16 layout (X,
+/// quant/kquant_x16.hpp; q2_K, q3_K and q5_K have their kernel with AVX2
+/// alone, x16_kernel):
 /// threads split the panels. With AVX-512 VNNI, calls of at least
 /// quant::kpanel_min_tokens tokens (prefill) take the prefill panels of the
 /// row-major type (quant/kquant_panels.hpp), packed from the x16 panels: the

@@ -113,8 +113,8 @@ class cpu_backend {
   /// but interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16,
   /// quant/kquant_x16.hpp; q4_K the same size, q6_K 1% larger), which
   /// decode's kernel reads a row per lane; the views take the new type. With
-  /// AVX2 and without VNNI, q3_K, q5_K and q4_0 matrices too
-  /// (dtype::q3_k_x16, q5_k_x16, q4_0_x16; quant/kquant_x16.hpp,
+  /// AVX2 and without VNNI, q2_K, q3_K, q5_K and q4_0 matrices too
+  /// (dtype::q2_k_x16, q3_k_x16, q5_k_x16, q4_0_x16; quant/kquant_x16.hpp,
   /// quant/legacy_x16.hpp; the same size, q3_K 2% larger).
   void prepare_weights(llama_weights& w) {
     if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
@@ -209,6 +209,7 @@ class cpu_backend {
     if (v.type == dtype::q6_k) return dtype::q6_k_x16;
     if (v.type == dtype::q5_k && quant::x16_kernel<quant::block_q5_K_x16>) return dtype::q5_k_x16;
     if (v.type == dtype::q3_k && quant::x16_kernel<quant::block_q3_K_x16>) return dtype::q3_k_x16;
+    if (v.type == dtype::q2_k && quant::x16_kernel<quant::block_q2_K_x16>) return dtype::q2_k_x16;
 #endif
 #if defined(KESTREL_Q4_0_X16_AVX2)
     if (v.type == dtype::q4_0) return dtype::q4_0_x16;
@@ -233,7 +234,7 @@ class cpu_backend {
     }, n);
   }
 
-  /// A q3_K, q4_K, q5_K, q6_K or q4_0 matrix (in the file mapping) interleaved into dst
+  /// A k-quant or q4_0 matrix (in the file mapping) interleaved into dst
   /// (copy_type), the threads splitting the panels; as copy_matrix, the
   /// file's pages are given back as their rows are packed (the whole pages
   /// inside each run; the pages a run boundary cuts go back with the whole
@@ -260,6 +261,8 @@ class cpu_backend {
       run(reinterpret_cast<quant::block_q5_K_x16*>(dst));
     else if (v.type == dtype::q3_k && quant::x16_kernel<quant::block_q3_K_x16>)
       run(reinterpret_cast<quant::block_q3_K_x16*>(dst));
+    else if (v.type == dtype::q2_k && quant::x16_kernel<quant::block_q2_K_x16>)
+      run(reinterpret_cast<quant::block_q2_K_x16*>(dst));
 #if defined(KESTREL_Q4_0_X16_AVX2)
     else if (v.type == dtype::q4_0) run(reinterpret_cast<quant::block_q4_0_x16*>(dst));
 #endif

@@ -29,7 +29,7 @@ constexpr std::optional<dtype> weight_dtype_of(io::ggml_type t) noexcept {
 }
 
 /// The GGUF tensor type that stores a weight dtype: every dtype but the
-/// backends' interleaved layouts (q3_k_x16, q4_k_x16, q5_k_x16, q6_k_x16, q4_0_x16), which throw
+/// backends' interleaved layouts (the _x16 types), which throw
 /// invalid_argument: a model whose weights a backend repacked is not saved.
 inline io::ggml_type ggml_type_of(dtype t) {
   for (const auto& [g, d] : gguf_weight_types)

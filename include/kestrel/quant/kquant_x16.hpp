@@ -305,6 +305,60 @@ inline void unpack_x16(const block_q3_K_x16* panel, std::size_t r, std::size_t n
   }
 }
 
+/// q2_K interleaved by 16 rows (dtype::q2_k_x16; AVX2's kernel, as q3_K's):
+/// scales[w][r] the w-th word of row r's 16 scale bytes (sub-block k's scale
+/// in the low nibble of byte k, its min in the high one), d and dmin per
+/// row, then per unit u ql[h][r] as q3_K's x16 ql (the two bits of value 32u
+/// + 16h + 4g + j at bits 2g, 2g + 1 of byte j). 1344 bytes, as 16 rows of
+/// q2_K.
+struct alignas(64) block_q2_K_x16 {
+  static constexpr std::size_t values = 256;  // of each row
+  std::uint32_t scales[4][16];  // [w][r]: bytes 4w .. 4w + 3 of row r's block_q2_K::scales
+  f16 d[16], dmin[16];
+  struct {
+    std::uint8_t ql[2][16][4];  // [h][row r][j]: bits 2g, 2g + 1 value 16h + 4g + j
+  } unit[8];
+};
+static_assert(sizeof(block_q2_K_x16) == 1344);
+static_assert(sizeof(block_q2_K_x16) == x16_rows * block_bytes(dtype::q2_k_x16),
+              "dtype.hpp's q2_k_x16 block is a sixteenth of an x16 block");
+
+/// As pack_x16 above, for q2_K (its codes where q3_K has its low bits).
+inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t nb,
+                     block_q2_K_x16* out) noexcept {
+  using namespace detail::x16_pack;
+  pack_blocks<block_q2_K>(rows, row_bytes, n_rows, nb, out, [](const block_q2_K& x, block_q2_K_x16& o, std::size_t r) {
+    for (int u = 0; u < 8; ++u)
+      for (int h = 0; h < 2; ++h) {
+        const std::uint32_t v = crumbs(x.qs + 32 * (u / 4) + 16 * h, 2 * (u % 4));
+        std::memcpy(o.unit[u].ql[h][r], &v, 4);
+      }
+    for (int w = 0; w < 4; ++w) o.scales[w][r] = word(x.scales + 4 * w);
+    o.d[r] = x.d;
+    o.dmin[r] = x.dmin;
+  });
+}
+
+/// As unpack_x16 above, for q2_K.
+inline void unpack_x16(const block_q2_K_x16* panel, std::size_t r, std::size_t nb, block_q2_K* out) noexcept {
+  for (std::size_t b = 0; b < nb; ++b) {
+    const block_q2_K_x16& p = panel[b];
+    block_q2_K& x = out[b];
+    std::memset(&x, 0, sizeof x);
+    for (int u = 0; u < 8; ++u)
+      for (int h = 0; h < 2; ++h)
+        for (int g = 0; g < 4; ++g)
+          for (int j = 0; j < 4; ++j) {
+            const int i = 32 * u + 16 * h + 4 * g + j;
+            const int v = (p.unit[u].ql[h][r][j] >> (2 * g)) & 3;
+            x.qs[detail::byte2(i)] = static_cast<std::uint8_t>(x.qs[detail::byte2(i)] | v << detail::shift2(i));
+          }
+    for (int w = 0; w < 4; ++w) std::memcpy(x.scales + 4 * w, &p.scales[w][r], 4);
+    x.d = p.d[r];
+    x.dmin = p.dmin[r];
+  }
+}
+
 /// q6_K interleaved by 16 rows (dtype::q6_k_x16): unit[u] holds values 32u
 /// .. 32u + 31 of the 16 rows, ql[g][r] as q4_K's qs (the low 4 bits of
 /// values 32u + 4g + j and 32u + 16 + 4g + j), qh[h][r] byte j bits 2g, 2g +
@@ -332,14 +386,15 @@ static_assert(sizeof(block_q6_K_x16) == x16_rows * block_bytes(dtype::q6_k_x16),
 /// The row-major block each interleaved block holds 16 of.
 template <class X> struct x16_source;
 template <> struct x16_source<block_q4_K_x16> { using type = block_q4_K; };
+template <> struct x16_source<block_q2_K_x16> { using type = block_q2_K; };
 template <> struct x16_source<block_q3_K_x16> { using type = block_q3_K; };
 template <> struct x16_source<block_q5_K_x16> { using type = block_q5_K; };
 template <> struct x16_source<block_q6_K_x16> { using type = block_q6_K; };
 
 /// Whether this build has X's kernels (detail::x16::x16_tokens, and with
-/// AVX2 x16_pairs): q4_K and q6_K with AVX-512 VNNI or AVX2; q3_K and q5_K
-/// with AVX2 and without VNNI only (their AVX2 row-major decode kernels are
-/// compute-bound: kquant_x16_avx2.hpp). cpu_backend interleaves exactly
+/// AVX2 x16_pairs): q4_K and q6_K with AVX-512 VNNI or AVX2; q2_K, q3_K
+/// and q5_K with AVX2 and without VNNI only (their AVX2 row-major decode
+/// kernels are compute-bound: kquant_x16_avx2.hpp). cpu_backend interleaves exactly
 /// these at load.
 template <class X>
 inline constexpr bool x16_kernel =

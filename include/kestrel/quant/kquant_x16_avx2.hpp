@@ -5,7 +5,7 @@
 //   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // as the VNNI kernel
 //   quant::detail::x16::x16_pairs(panels, n, a, nb, out);   // decode: 2n whole panels, two streams
 //
-// for q4_K, q6_K, q5_K and q3_K (the last two only here: quant::x16_kernel).
+// for q4_K, q6_K, q5_K, q3_K and q2_K (the last three only here: quant::x16_kernel).
 //
 // Why: the row-major q4_K kernel (quant/kquants.hpp) spends per 32 weights
 // of one row a vpmaddubsw, a vpmaddwd that applies the sub-block's scale and
@@ -58,13 +58,18 @@
 // from the 12 bytes per row in the block (q3_scales), the offset 4 taken
 // off as q6_K's 32 is. TinyLlama Q3_K_M (mostly q3_K), same commands: tg
 // 38.9-39.1 / 47.5-47.9 (bound ratio 0.66-0.69 / 0.83-0.86), pp64 84.7 /
-// 100-102; Q2_K (whose q2_K matrices stay row-major) tg 40.7 / 45.7-46.0.
+// 100-102; Q2_K (whose q2_K matrices stayed row-major) tg 40.7 / 45.7-46.0.
+// q2_K (dtype::q2_k_x16): its 2-bit codes as q3_K's low bits, its 4-bit
+// scales and mins from one word load per 4 sub-blocks (scale_pairs,
+// q2_mins), the mins as q4_K's but per 16 values. TinyLlama Q2_K, 3
+// rounds, row-major q2_K / x16: tg 40.1-41.0 / 54.3-56.4, pp64 73-74 /
+// 101-104.
 //
 // int16 bounds (a_i in [-128, 127]): q4_K, one vpmaddubsw lane <= 2 * 15 *
 // 128 = 3840, a sub-block's 8 summed <= 30720 < 32767. q5_K (codes <= 31):
 // one lane <= 2 * 31 * 128 = 7936, so four are summed (<= 31744) per
 // vpmaddwd, two vpmaddwd per sub-block. q3_K (codes <= 7): one lane <=
-// 1792, a 16-value sub-block's four summed <= 7168. q6_K (codes <= 63):
+// 1792, a 16-value sub-block's four summed <= 7168; q2_K (codes <= 3) less. q6_K (codes <= 63):
 // one lane <= 2 * 63 * 128 = 16128, so two are summed (<= 32256) per
 // vpmaddwd, four vpmaddwd per 32 values; the code offset 32 comes off as
 // 32 sum_g sc_g bsum_g (as in kquants.hpp), one vpmaddwd per two sub-blocks.
@@ -232,6 +237,25 @@ inline void scale_pairs(const block_q3_K_x16& b, __m256i (*out)[2]) noexcept {
   }
 }
 
+/// q2_K: out[k][h] for sub-block k (values 16k .. 16k + 15), the low
+/// nibble of its scale byte; q2_mins the high nibbles, as int16 pairs
+/// (m_2u, m_2u+1), u < 8.
+inline void scale_pairs(const block_q2_K_x16& b, __m256i (*out)[2]) noexcept {
+  const __m256i m0f = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 2
+  for (int h = 0; h < 2; ++h)
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; ++k)
+      out[k][h] = _mm256_shuffle_epi8(_mm256_and_si256(load8(b.scales[k / 4] + 8 * h), m0f), ctrl_dup(k % 4));
+}
+inline void q2_mins(const block_q2_K_x16& b, int h, __m256i* out) noexcept {
+  const __m256i m0f = _mm256_set1_epi8(0x0f);
+#pragma GCC unroll 8
+  for (int u = 0; u < 8; ++u)
+    out[u] = _mm256_shuffle_epi8(_mm256_and_si256(_mm256_srli_epi32(load8(b.scales[u / 2] + 8 * h), 4), m0f),
+                                 ctrl_pair(2 * (u % 2)));
+}
+
 /// The types whose codes carry an offset (q6_K: 32, q3_K: 4 = 2^offset_shift)
 /// taken off per block as offset * sum_k sc_k bsum_k: out[u] lane r the int16
 /// pair (sc_2u, sc_2u+1) of row 8h + r.
@@ -315,18 +339,20 @@ inline void nibble_sums(Codes&& codes, Acts&& acts, __m256i (*s)[NP][2]) noexcep
 /// distance measured in the header).
 inline constexpr std::size_t prefetch_bytes = 576;
 /// Header bytes (scales, d, dmin) and one unit's code bytes of a block.
-template <class X> inline constexpr std::size_t head_bytes = std::is_same_v<X, block_q6_K_x16> ? 320 : 256;  // q3_K: with its padding
+template <class X>
+inline constexpr std::size_t head_bytes =
+    std::is_same_v<X, block_q6_K_x16> || std::is_same_v<X, block_q2_K_x16> ? 320 : 256;  // q3_K: with its padding
 template <class X> inline constexpr std::size_t unit_bytes = (sizeof(X) - head_bytes<X>) / 8;
 
 template <class X, std::size_t NT, std::size_t NP = 1, bool Prefetch = false>
 inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m256* acc) noexcept {
   constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>, q5 = std::is_same_v<X, block_q5_K_x16>,
-                 q3 = std::is_same_v<X, block_q3_K_x16>;
+                 q3 = std::is_same_v<X, block_q3_K_x16>, q2 = std::is_same_v<X, block_q2_K_x16>;
   constexpr std::size_t NA = 2 * NP * NT;  // accumulators
   __m256 accm[NA];
   for (std::size_t k = 0; k < NA; ++k) acc[k] = accm[k] = _mm256_setzero_ps();
   for (std::size_t b = 0; b < nb; ++b) {
-    __m256i scp[NP][q6 || q3 ? 16 : 8][2];
+    __m256i scp[NP][q6 || q3 || q2 ? 16 : 8][2];
     for (std::size_t i = 0; i < NP; ++i) {
       scale_pairs(p[i][b], scp[i]);
     }
@@ -364,8 +390,8 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
             }
           }
         }
-      } else if constexpr (q3) {
-        // Codes up to 7: a vpmaddubsw lane <= 2 * 7 * 128 = 1792, a
+      } else if constexpr (q3 || q2) {
+        // Codes up to 7 (q2_K: 3): a vpmaddubsw lane <= 2 * 7 * 128 = 1792, a
         // sub-block's 4 summed <= 7168 in int16; one vpmaddwd per sub-block.
         __m256i s[NT][NP][2][2];  // [.][.][h][sub-block 2u + k]
         for (std::size_t t = 0; t < NT; ++t)
@@ -383,7 +409,13 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
             for (int h = 0; h < 2; ++h) {
               const auto& un = p[i][b].unit[u];
               __m256i lo, hi;
-              q3_codes(load8(un.ql[0] + 8 * h), load8(un.ql[1] + 8 * h), load8(un.hmask[8 * h]), g, lo, hi);
+              if constexpr (q3) {
+                q3_codes(load8(un.ql[0] + 8 * h), load8(un.ql[1] + 8 * h), load8(un.hmask[8 * h]), g, lo, hi);
+              } else {
+                const __m256i m03 = _mm256_set1_epi8(0x03);
+                lo = _mm256_and_si256(_mm256_srli_epi16(load8(un.ql[0] + 8 * h), 2 * g), m03);
+                hi = _mm256_and_si256(_mm256_srli_epi16(load8(un.ql[1] + 8 * h), 2 * g), m03);
+              }
               for (std::size_t t = 0; t < NT; ++t) {
                 s[t][i][h][0] = _mm256_add_epi16(s[t][i][h][0], _mm256_maddubs_epi16(lo, alo[t]));
                 s[t][i][h][1] = _mm256_add_epi16(s[t][i][h][1], _mm256_maddubs_epi16(hi, ahi[t]));
@@ -461,17 +493,27 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
           }
         } else {
           const __m256 dmin = halfs(pb.dmin + 8 * h);
-          const k4_half mn = unpack_mins(pb, h);
-          __m256i mins[4];
+          // C = sum_k m_k bsum_k: q4_K / q5_K, 8 sub-blocks of 32 (mins
+          // (m_2j, m_2j+1) against bsum_pairs); q2_K, 16 of 16 (q8_K's bsums)
+          constexpr int NM = q2 ? 8 : 4;
+          __m256i mins[NM];
+          if constexpr (q2) {
+            q2_mins(pb, h, mins);
+          } else {
+            const k4_half mn = unpack_mins(pb, h);
 #pragma GCC unroll 4
-          for (int j = 0; j < 4; ++j) mins[j] = _mm256_shuffle_epi8(mn.v[j / 2], ctrl_pair(2 * (j % 2)));  // (m_2j, m_2j+1)
+            for (int j = 0; j < 4; ++j) mins[j] = _mm256_shuffle_epi8(mn.v[j / 2], ctrl_pair(2 * (j % 2)));  // (m_2j, m_2j+1)
+          }
           for (std::size_t t = 0; t < NT; ++t) {
             const block_q8_K& ab = a[t * stride + b];
-            alignas(16) std::int32_t pairs[4];
-            bsum_pairs(ab, pairs);
+            alignas(16) std::int32_t pairs[NM];
+            if constexpr (q2)
+              std::memcpy(pairs, ab.bsums, sizeof pairs);
+            else
+              bsum_pairs(ab, pairs);
             __m256i corr = _mm256_setzero_si256();
-#pragma GCC unroll 4
-            for (int j = 0; j < 4; ++j) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mins[j], _mm256_set1_epi32(pairs[j])));
+#pragma GCC unroll 8
+            for (int j = 0; j < NM; ++j) corr = _mm256_add_epi32(corr, _mm256_madd_epi16(mins[j], _mm256_set1_epi32(pairs[j])));
             const std::size_t k = (NP * t + i) * 2 + h;
             accm[k] = _mm256_fmadd_ps(_mm256_mul_ps(dmin, _mm256_set1_ps(-ab.d)), _mm256_cvtepi32_ps(corr), accm[k]);
             acc[k] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(ab.d)), _mm256_cvtepi32_ps(tot[t][i][h]), acc[k]);
