@@ -590,20 +590,24 @@ void check_legacy_linear(dtype type) {
 
 }  // namespace
 
-// ---- q4_0 interleaved by 16 rows (dtype::q4_0_x16, quant/legacy_x16.hpp) ----
+// ---- q4_0, q4_1, q5_0 and q5_1 interleaved by 16 rows (dtype::q4_0_x16, ..., quant/legacy_x16.hpp) ----
 //
 // The same matrix row-major and interleaved: the x16 scalar twin equal to
 // the row-major twin bit for bit; the interleaved matmul / matvec / fused
-// forms within the legacy tolerance of the twin (the x16 kernel's bound
-// gamma_nb T is inside it); every token's outputs the same bits alone or
-// among others, on 1-3 threads; with the AVX2 x16 kernel, past
-// decode_max_tokens, the same bits as the row-major q4_0 (whose prefill
-// packs the same panels per call); row_to_f32 equal.
+// forms within the legacy tolerance of the twin; with the AVX2 x16 kernel,
+// every output equal to ref::dot_fused of its row and token bit for bit
+// (the kernel runs its per-block steps), and for q4_0 past
+// decode_max_tokens the same bits as the row-major q4_0 (whose prefill packs
+// the same panels per call); every token's outputs the same bits alone or
+// among others, on 1-3 threads; row_to_f32 equal. From
+// dequant_gemm_min_tokens tokens on (AVX2 without VNNI), q4_1, q5_0 and q5_1
+// take the float GEMM over dequantized panels, from either layout.
 
 namespace {
 
-void check_q4_0_x16_linear() {
-  using B = q::block_q4_0;
+template <class X>
+void check_legacy_x16_linear(dtype row_major, dtype interleaved) {
+  using B = typename q::x16_source<X>::type;
   cpu::thread_pool pool2(2);
   struct shape { std::size_t rows, cols; };
   const shape shapes[] = {{1, 32}, {5, 96}, {16, 512}, {17, 1024}, {33, 2048}, {70, 4096}};
@@ -611,29 +615,57 @@ void check_q4_0_x16_linear() {
     for (std::size_t n_tokens : {1, 2, 3, 5, 8, 13, 45}) {
       if ((n_tokens == 45) != (rows == 70)) continue;  // keep the scalar twins' share quick
       const auto seed = static_cast<std::uint32_t>(rows * 41 + cols + n_tokens);
-      legacy_weight<B> w(dtype::q4_0, rows, cols, seed);
-      x16_weight<q::block_q4_0_x16> wx(w, dtype::q4_0_x16);
+      legacy_weight<B> w(row_major, rows, cols, seed);
+      x16_weight<X> wx(w, interleaved);
       const auto x = random_floats(n_tokens * cols, seed + 7, -2.0f, 2.0f);
-      INFO("q4_0_x16 rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
+      INFO(kestrel::name_of(interleaved) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
       const std::size_t n = n_tokens * rows;
+      const auto a = legacy_acts<B>(x, n_tokens, cols);
       const auto [want, got] = x16_products(w.view, wx.view, x, n_tokens);
-      kestrel::test::check_within(got.data(), want.data(), legacy_tol(w, legacy_acts<B>(x, n_tokens, cols), n_tokens), n);
-#if defined(KESTREL_Q4_0_X16_AVX2)
-      if (n_tokens > q::decode_max_tokens) {
-        std::vector<float> row_major(n, -1.0f);
-        cpu::matmul(w.view, x.data(), n_tokens, row_major.data(), &pool2);
-        CHECK(got == row_major);
+      kestrel::test::check_within(got.data(), want.data(), legacy_tol(w, a, n_tokens), n);
+#if defined(KESTREL_LEGACY_X16_AVX2)
+      bool fused = true;
+      const std::size_t nb = cols / 32;
+      for (std::size_t t = 0; t < n_tokens; ++t)
+        for (std::size_t r = 0; r < rows; ++r)
+          fused = fused && got[t * rows + r] == q::ref::dot_fused(w.blocks.data() + r * nb, a.data() + t * nb, cols);
+      CHECK(fused);
+      if (std::is_same_v<B, q::block_q4_0> && n_tokens > q::decode_max_tokens) {
+        std::vector<float> row_major_y(n, -1.0f);
+        cpu::matmul(w.view, x.data(), n_tokens, row_major_y.data(), &pool2);
+        CHECK(got == row_major_y);
       }
 #endif
       check_tokens_alone(wx.view, x, n_tokens, got);
-      if (n_tokens == 1) check_x16_fused(wx.view, w.view, legacy_weight<B>(dtype::q4_0, cols / 8 + 1, cols, seed + 9).view, x, got);
+      if (n_tokens == 1) check_x16_fused(wx.view, w.view, legacy_weight<B>(row_major, cols / 8 + 1, cols, seed + 9).view, x, got);
       check_same_rows(w.view, wx.view);
     }
+#if defined(KESTREL_DEQUANT_GEMM)
+  if constexpr (!std::is_same_v<B, q::block_q4_0>) {
+    // From dequant_gemm_min_tokens tokens on, the float GEMM over the
+    // dequantized panels (q4_0 keeps its kernel): the row-major matrix's bits.
+    const std::size_t n_tokens = cpu::detail::dequant_gemm_min_tokens + 4, rows = 37, cols = 512;
+    legacy_weight<B> w(row_major, rows, cols, 77);
+    x16_weight<X> wx(w, interleaved);
+    const auto x = random_floats(n_tokens * cols, 78, -2.0f, 2.0f);
+    INFO(kestrel::name_of(interleaved) << " through the dequantizing GEMM");
+    check_dequant_gemm(wx.view, x, n_tokens);
+    std::vector<float> y_rows(n_tokens * rows, -1.0f), y_x16(n_tokens * rows, -2.0f);
+    cpu::matmul(w.view, x.data(), n_tokens, y_rows.data(), &pool2);
+    cpu::matmul(wx.view, x.data(), n_tokens, y_x16.data(), &pool2);
+    CHECK(y_rows == y_x16);
+  }
+#endif
 }
 
 }  // namespace
 
-TEST_CASE("cpu: q4_0_x16 matvec / matmul / fused forms == the row-major scalar twin") { check_q4_0_x16_linear(); }
+TEST_CASE("cpu: q4_0_x16 / q4_1_x16 / q5_0_x16 / q5_1_x16 matvec / matmul / fused forms == the row-major scalar twins") {
+  check_legacy_x16_linear<q::block_q4_0_x16>(dtype::q4_0, dtype::q4_0_x16);
+  check_legacy_x16_linear<q::block_q4_1_x16>(dtype::q4_1, dtype::q4_1_x16);
+  check_legacy_x16_linear<q::block_q5_0_x16>(dtype::q5_0, dtype::q5_0_x16);
+  check_legacy_x16_linear<q::block_q5_1_x16>(dtype::q5_1, dtype::q5_1_x16);
+}
 
 TEST_CASE("cpu: legacy-quant matvec / matmul == scalar twins, decode == prefill") {
   check_legacy_linear<q::block_q4_0>(dtype::q4_0);

@@ -350,20 +350,20 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
 }
 
 TEST_CASE("k-quant and q4_0 matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {
-  // A q4_K (then q5_K, q3_K, q2_K, q6_K, q4_0) model with the output tied
-  // to the embeddings (so the embedding lookup reads the interleaved matrix
-  // too), through a GGUF file. q4_K and q6_K are interleaved with AVX2 or
-  // AVX-512 VNNI, q2_K, q3_K, q5_K and q4_0 with AVX2 and without VNNI
-  // (whose row-major kernels for them stay).
+  // A q4_K (then the other k-quants and legacy types) model with the output
+  // tied to the embeddings (so the embedding lookup reads the interleaved
+  // matrix too), through a GGUF file. q4_K and q6_K are interleaved with
+  // AVX2 or AVX-512 VNNI, the other k-quants, q4_0, q4_1, q5_0 and q5_1
+  // with AVX2 and without VNNI (whose row-major kernels for them stay).
 #if defined(KESTREL_X16_KERNEL)
   constexpr bool kquants_x16 = true;
 #else
   constexpr bool kquants_x16 = false;  // the interleaved kernels need AVX2 (or AVX-512 VNNI)
 #endif
-#if defined(KESTREL_Q4_0_X16_AVX2)
-  constexpr bool q4_0_x16 = true;
+#if defined(KESTREL_LEGACY_X16_AVX2)
+  constexpr bool legacy_x16 = true;
 #else
-  constexpr bool q4_0_x16 = false;
+  constexpr bool legacy_x16 = false;
 #endif
   struct layout { dtype type, interleaved; bool at_load; };
   constexpr bool q5_k_x16 = kquants_x16 && quant::x16_kernel<quant::block_q5_K_x16>;  // AVX2 without VNNI
@@ -374,7 +374,10 @@ TEST_CASE("k-quant and q4_0 matrices copied at load are interleaved by 16 rows: 
                                                   layout{dtype::q3_k, dtype::q3_k_x16, q3_k_x16},
                                                   layout{dtype::q2_k, dtype::q2_k_x16, q2_k_x16},
                                                   layout{dtype::q6_k, dtype::q6_k_x16, kquants_x16},
-                                                  layout{dtype::q4_0, dtype::q4_0_x16, q4_0_x16}}) {
+                                                  layout{dtype::q4_0, dtype::q4_0_x16, legacy_x16},
+                                                  layout{dtype::q4_1, dtype::q4_1_x16, legacy_x16},
+                                                  layout{dtype::q5_0, dtype::q5_0_x16, legacy_x16},
+                                                  layout{dtype::q5_1, dtype::q5_1_x16, legacy_x16}}) {
     CAPTURE(name_of(type));
     const auto hp = test::random_llama_shape();
     auto mem = test::quantized_copy(test::random_llama(hp, dtype::f32, 7), type);

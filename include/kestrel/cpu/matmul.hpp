@@ -176,28 +176,50 @@ inline constexpr std::size_t skinny_max_tokens = std::is_same_v<Wt, float> ? 16 
 #define KESTREL_DEQUANT_GEMM 1
 inline constexpr std::size_t dequant_gemm_min_tokens = 96;
 
-/// Y = X W^T for a row-major block type (the x16 layouts keep their int8
-/// kernel, takes_dequant_gemm); cols a positive multiple of the block size.
+/// Y = X W^T for a row-major block type or a legacy x16 layout (the k-quant
+/// x16 layouts and q4_0's keep their int8 kernels, takes_dequant_gemm);
+/// cols a positive multiple of the block size.
 inline void dequant_gemm(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool) {
-  visit_quantized(w, [&](const auto* blocks) {
-    using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
-    const std::size_t rows = w.rows, cols = w.cols, row_bytes = w.row_bytes(), qk = block_size(w.type);
-    const auto* base = reinterpret_cast<const std::byte*>(blocks);
+  // row_blocks(row, b0, n, out): blocks [b0, b0 + n) of a row as floats
+  auto run = [&](std::size_t qk, auto&& row_blocks) {
+    const std::size_t rows = w.rows, cols = w.cols;
     constexpr std::size_t chunk = 256;  // columns dequantized at a time: 16 rows x 256 floats, 16 KiB in L1
     auto pack = [&](std::size_t r, std::size_t n, float* panel) {
       alignas(64) float tmp[gemm_nr * chunk];
       if (n < gemm_nr) std::fill(panel, panel + cols * gemm_nr, 0.0f);
       for (std::size_t k0 = 0; k0 < cols; k0 += chunk) {
         const std::size_t kn = std::min(chunk, cols - k0);  // whole blocks: 256 and cols are multiples of qk
-        for (std::size_t j = 0; j < n; ++j)
-          quant::dequantize_row_fast(reinterpret_cast<const B*>(base + (r + j) * row_bytes) + k0 / qk, tmp + j * chunk,
-                                     kn);
+        for (std::size_t j = 0; j < n; ++j) row_blocks(r + j, k0 / qk, kn / qk, tmp + j * chunk);
         gemm_pack_block(tmp, chunk, n, kn, panel + k0 * gemm_nr);
       }
     };
     parallel_for(pool, (rows + gemm_nr - 1) / gemm_nr, [&](std::size_t p0, std::size_t p1) {
       gemm_panels(pack, rows, cols, x, n_tokens, y, p0 * gemm_nr, std::min(rows, p1 * gemm_nr));
     }, n_tokens * rows * cols);
+  };
+  if (panel_rows(w.type) > 1) {
+    visit_x16(w, [&](const auto* panels) {
+      using X = std::remove_cv_t<std::remove_pointer_t<decltype(panels)>>;
+      using B = typename quant::x16_source<X>::type;
+      const std::size_t nb = w.cols / X::values;
+      run(X::values, [&](std::size_t r, std::size_t b0, std::size_t n, float* out) {
+        const X* p = panels + r / quant::x16_rows * nb + b0;
+        for (std::size_t b = 0; b < n; ++b) {
+          B blk;
+          quant::unpack_x16(p + b, r % quant::x16_rows, 1, &blk);
+          quant::dequantize_row_fast(&blk, out + b * X::values, X::values);
+        }
+      });
+    });
+    return;
+  }
+  visit_quantized(w, [&](const auto* blocks) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
+    const auto* base = reinterpret_cast<const std::byte*>(blocks);
+    const std::size_t row_bytes = w.row_bytes(), qk = block_size(w.type);
+    run(qk, [&](std::size_t r, std::size_t b0, std::size_t n, float* out) {
+      quant::dequantize_row_fast(reinterpret_cast<const B*>(base + r * row_bytes) + b0, out, n * qk);
+    });
   });
 }
 
@@ -207,13 +229,20 @@ inline bool takes_dequant_gemm(const weight_view& w, std::size_t n_tokens) noexc
   // every token count: measured on Zen 2 (TinyLlama Q4_K_M, 2 threads,
   // t/s dequantized into this GEMM / x16 kernel) 128 tokens 95 / 108, 256
   // tokens 96 / 107, 512 tokens 92 / 102; 110M 512 tokens 889 / 985.
-#if defined(KESTREL_Q4_0_X16_AVX2)
+#if defined(KESTREL_LEGACY_X16_AVX2)
   // q4_0 too, row-major or q4_0_x16 (quant/legacy_x16_avx2.hpp): TinyLlama q4_0, t/s int8 tiles
   // or this GEMM / the q4_0 panels: 16 tokens 72 / 74, 32 76 / 84, 64 77 /
   // 89, 512 90.5 / 90; 110M 512 tokens 874 / 874.
   if (w.type == dtype::q4_0) return false;
+  // q4_1, q5_0 and q5_1 interleaved at load (q4_1_x16, q5_0_x16, q5_1_x16)
+  // come here as they would row-major: TinyLlama, pp512, 2 threads,
+  // alternated, t/s x16 kernel / this: q5_0 81.2-82.0 / 86.3-87.1, q4_1
+  // 74.8-76.5 / 82.9-87.6.
+  const bool legacy_x16 = w.type == dtype::q4_1_x16 || w.type == dtype::q5_0_x16 || w.type == dtype::q5_1_x16;
+#else
+  const bool legacy_x16 = false;
 #endif
-  return n_tokens >= dequant_gemm_min_tokens && panel_rows(w.type) == 1 && w.cols > 0 &&
+  return n_tokens >= dequant_gemm_min_tokens && (panel_rows(w.type) == 1 || legacy_x16) && w.cols > 0 &&
          w.cols % block_size(w.type) == 0;
 }
 #else

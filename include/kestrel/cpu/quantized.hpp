@@ -13,10 +13,11 @@
 // agree within derived rounding bounds, not bit for bit
 // (tests/cpu/test_linear.cpp); with AVX2 alone more tokens take, for q4_0,
 // 16-row panels packed per call (q4_0_packed_linear below,
-// quant/legacy_x16_avx2.hpp; cpu_backend gives q4_0 matrices that layout at
-// load, dtype::q4_0_x16, whose every call takes that kernel:
-// q4_0_x16_linear), for the other legacy types register tiles of
-// 2 rows x 4 tokens (quant/legacy_tiles_avx2.hpp); without AVX2,
+// quant/legacy_x16_avx2.hpp), for the other legacy types register tiles of
+// 2 rows x 4 tokens (quant/legacy_tiles_avx2.hpp). cpu_backend gives q4_0,
+// q4_1, q5_0 and q5_1 matrices that 16-row layout at load with AVX2 alone
+// (dtype::q4_0_x16, ...), whose every call takes that kernel
+// (legacy_x16_linear), as the k-quants' x16 layouts do (x16_linear). Without AVX2,
 // quant::dot per (row, token). (With AVX2 alone, cpu::matmul hands calls of
 // at least dequant_gemm_min_tokens tokens, of every block type but q4_0
 // and the x16 layouts, to the float GEMM over dequantized panels instead:
@@ -91,6 +92,9 @@ decltype(auto) visit_x16(const weight_view& w, F&& f) {
     case dtype::q5_k_x16: return f(static_cast<const quant::block_q5_K_x16*>(w.data));
     case dtype::q6_k_x16: return f(static_cast<const quant::block_q6_K_x16*>(w.data));
     case dtype::q4_0_x16: return f(static_cast<const quant::block_q4_0_x16*>(w.data));
+    case dtype::q4_1_x16: return f(static_cast<const quant::block_q4_1_x16*>(w.data));
+    case dtype::q5_0_x16: return f(static_cast<const quant::block_q5_0_x16*>(w.data));
+    case dtype::q5_1_x16: return f(static_cast<const quant::block_q5_1_x16*>(w.data));
     default: throw invalid_argument("cpu: weight type " + std::string(name_of(w.type)) + " is not an x16 layout");
   }
 }
@@ -324,15 +328,21 @@ inline void x16_twin(std::size_t rows, std::size_t n_tokens, thread_pool* pool, 
   });
 }
 
-#if defined(KESTREL_Q4_0_X16_AVX2)
-/// block_start<block_q4_0> (-8 times the codes' sum) of the n activation
-/// blocks at a, into a per-thread buffer grown, never shrunk; valid until
-/// the thread's next call.
-inline const std::int32_t* q4_0_block_starts(const quant::block_q8_0* a, std::size_t n) {
-  thread_local std::vector<std::int32_t> start;
-  if (start.size() < n) start.resize(n);
-  for (std::size_t i = 0; i < n; ++i) start[i] = quant::block_start<quant::block_q4_0>(a[i]);
-  return start.data();
+#if defined(KESTREL_LEGACY_X16_AVX2)
+/// block_start<B> (-o times the codes' sum, o B's code offset) of the n
+/// activation blocks at a, into a per-thread buffer grown, never shrunk;
+/// valid until the thread's next call. nullptr for the _1 types (o = 0),
+/// whose kernel reads none.
+template <class B>
+inline const std::int32_t* legacy_block_starts(const quant::activation_of_t<B>* a, std::size_t n) {
+  if constexpr (quant::code_offset<B> == 0) {
+    return nullptr;
+  } else {
+    thread_local std::vector<std::int32_t> start;
+    if (start.size() < n) start.resize(n);
+    for (std::size_t i = 0; i < n; ++i) start[i] = quant::block_start<B>(a[i]);
+    return start.data();
+  }
 }
 
 /// Y = X W^T for row-major q4_0 W (a matrix read in place from the file,
@@ -344,7 +354,7 @@ inline void q4_0_packed_linear(const std::byte* base, std::size_t row_bytes, std
                                const quant::block_q8_0* a, std::size_t nb, std::size_t n_tokens, float* y,
                                thread_pool* pool) {
   namespace qx = quant::detail::q40x16;
-  const std::int32_t* bs = q4_0_block_starts(a, n_tokens * nb);
+  const std::int32_t* bs = legacy_block_starts<quant::block_q4_0>(a, n_tokens * nb);
   x16_walk(rows, n_tokens, pool, n_tokens * rows * nb * 32, y, [&](std::size_t p, std::size_t n_rows, float* out) {
     thread_local std::vector<quant::block_q4_0_x16> panel;  // grown, never shrunk
     if (panel.size() < nb) panel.resize(nb);
@@ -354,27 +364,30 @@ inline void q4_0_packed_linear(const std::byte* base, std::size_t row_bytes, std
 }
 #endif
 
-/// Y(n_tokens, rows) = X W^T with W in q4_0_x16 (quant/legacy_x16.hpp), the
-/// layout cpu_backend gives q4_0 matrices with AVX2 and without AVX-512
-/// VNNI: threads split the panels; the kernel of quant/legacy_x16_avx2.hpp
+/// Y(n_tokens, rows) = X W^T with W in q4_0_x16, q4_1_x16, q5_0_x16 or
+/// q5_1_x16 (X, quant/legacy_x16.hpp), the layouts cpu_backend gives those
+/// types' matrices with AVX2 and without AVX-512 VNNI: threads split the
+/// panels; the kernel of quant/legacy_x16_avx2.hpp
 /// takes every call, decode two panels at a time, more tokens in groups of
 /// 4, the same instructions per (row, token) either way, so a token's
 /// outputs do not depend on the tokens beside it. Without it, and for the
 /// reference, the scalar twin per (row, token).
-inline void q4_0_x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
-                            bool reference) {
+template <class X>
+inline void legacy_x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y,
+                              thread_pool* pool, bool reference) {
+  using B = typename quant::x16_source<X>::type;
   const std::size_t cols = w.cols, rows = w.rows, nb = cols / 32;
   if (nb == 0) {
     std::fill(y, y + n_tokens * rows, 0.0f);
     return;
   }
-  const auto* const a = quantize_activations<quant::block_q8_0>(x, n_tokens, cols, pool, reference);
-  const auto* const panels = static_cast<const quant::block_q4_0_x16*>(w.data);
+  const auto* const a = quantize_activations<quant::activation_of_t<B>>(x, n_tokens, cols, pool, reference);
+  const auto* const panels = static_cast<const X*>(w.data);
   const std::size_t work = n_tokens * rows * cols;
-#if defined(KESTREL_Q4_0_X16_AVX2)
+#if defined(KESTREL_LEGACY_X16_AVX2)
   if (!reference) {
     namespace qx = quant::detail::q40x16;
-    const std::int32_t* bs = q4_0_block_starts(a, n_tokens * nb);
+    const std::int32_t* bs = legacy_block_starts<B>(a, n_tokens * nb);
     x16_walk(
         rows, n_tokens, pool, work, y,
         [&](std::size_t p, std::size_t n_rows, float* out) {
@@ -462,8 +475,8 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
   if (panel_rows(w.type) > 1)
     return visit_x16(w, [&](const auto* panels) {
       using X = std::remove_cv_t<std::remove_pointer_t<decltype(panels)>>;
-      if constexpr (std::is_same_v<X, quant::block_q4_0_x16>)
-        q4_0_x16_linear(w, x, n_tokens, y, pool, reference);
+      if constexpr (quant::legacy_x16_block<X>)
+        legacy_x16_linear<X>(w, x, n_tokens, y, pool, reference);
       else
         x16_linear<X>(w, x, n_tokens, y, pool, reference);
     });
@@ -540,7 +553,7 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
       }
     }
 #endif
-#if defined(KESTREL_Q4_0_X16_AVX2)
+#if defined(KESTREL_LEGACY_X16_AVX2)
     if constexpr (std::is_same_v<B, quant::block_q4_0>) {
       if (!reference) {  // prefill (past decode_max_tokens), every length
         q4_0_packed_linear(base, row_bytes, w.rows, a, nb, n_tokens, y, pool);

@@ -113,8 +113,8 @@ class cpu_backend {
   /// but interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16,
   /// quant/kquant_x16.hpp; q4_K the same size, q6_K 1% larger), which
   /// decode's kernel reads a row per lane; the views take the new type. With
-  /// AVX2 and without VNNI, q2_K, q3_K, q5_K and q4_0 matrices too
-  /// (dtype::q2_k_x16, q3_k_x16, q5_k_x16, q4_0_x16; quant/kquant_x16.hpp,
+  /// AVX2 and without VNNI, q2_K, q3_K, q5_K, q4_0, q4_1, q5_0 and q5_1
+  /// matrices too (dtype::q2_k_x16, ...; quant/kquant_x16.hpp,
   /// quant/legacy_x16.hpp; the same size, q3_K 2% larger).
   void prepare_weights(llama_weights& w) {
     if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
@@ -211,8 +211,11 @@ class cpu_backend {
     if (v.type == dtype::q3_k && quant::x16_kernel<quant::block_q3_K_x16>) return dtype::q3_k_x16;
     if (v.type == dtype::q2_k && quant::x16_kernel<quant::block_q2_K_x16>) return dtype::q2_k_x16;
 #endif
-#if defined(KESTREL_Q4_0_X16_AVX2)
+#if defined(KESTREL_LEGACY_X16_AVX2)
     if (v.type == dtype::q4_0) return dtype::q4_0_x16;
+    if (v.type == dtype::q4_1) return dtype::q4_1_x16;
+    if (v.type == dtype::q5_0) return dtype::q5_0_x16;
+    if (v.type == dtype::q5_1) return dtype::q5_1_x16;
 #endif
     return v.type;
   }
@@ -263,8 +266,11 @@ class cpu_backend {
       run(reinterpret_cast<quant::block_q3_K_x16*>(dst));
     else if (v.type == dtype::q2_k && quant::x16_kernel<quant::block_q2_K_x16>)
       run(reinterpret_cast<quant::block_q2_K_x16*>(dst));
-#if defined(KESTREL_Q4_0_X16_AVX2)
+#if defined(KESTREL_LEGACY_X16_AVX2)
     else if (v.type == dtype::q4_0) run(reinterpret_cast<quant::block_q4_0_x16*>(dst));
+    else if (v.type == dtype::q4_1) run(reinterpret_cast<quant::block_q4_1_x16*>(dst));
+    else if (v.type == dtype::q5_0) run(reinterpret_cast<quant::block_q5_0_x16*>(dst));
+    else if (v.type == dtype::q5_1) run(reinterpret_cast<quant::block_q5_1_x16*>(dst));
 #endif
 #endif
   }

@@ -330,6 +330,35 @@ inline void nibble_sums(Codes&& codes, Acts&& acts, __m256i (*s)[NP][2]) noexcep
   }
 }
 
+/// As nibble_sums, for 5-bit codes: the products of loads g0 and g0 + 1
+/// (values 4g + j and 16 + 4g + j, g in {g0, g0 + 1}) of codes(i, g) with
+/// their fifth bits from high(i) (16 rows x 4 bytes, q5_codes), summed in
+/// int16: a vpmaddubsw lane <= 2 * 31 * 128 = 7936, four <= 31744. The q5_K
+/// sub-block's two halves and the q5_0 / q5_1 block's
+/// (quant/legacy_x16_avx2.hpp).
+template <std::size_t NT, std::size_t NP, class Codes, class High, class Acts>
+inline void q5_sums(int g0, Codes&& codes, High&& high, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
+  for (std::size_t t = 0; t < NT; ++t)
+    for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 2
+  for (int g = g0; g < g0 + 2; ++g) {
+    __m256i alo[NT], ahi[NT];
+    for (std::size_t t = 0; t < NT; ++t) {
+      const std::int8_t* q = acts(t) + 4 * g;
+      alo[t] = bcast4(q), ahi[t] = bcast4(q + 16);
+    }
+    for (std::size_t i = 0; i < NP; ++i)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        __m256i lo, hi;
+        q5_codes(load8(codes(i, g) + 8 * h), load8(high(i) + 32 * h), g, lo, hi);
+        for (std::size_t t = 0; t < NT; ++t)
+          s[t][i][h] = _mm256_add_epi16(s[t][i][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]),
+                                                                     _mm256_maddubs_epi16(hi, ahi[t])));
+      }
+  }
+}
+
 /// acc[(NP t + i) 2 + h] (lane r = row 8h + r of panel p[i]) = the dot of
 /// that row with token t < NT over blocks [0, nb) (the arithmetic in the
 /// header). NP > 1 walks NP panels side by side: NP streams through memory.
@@ -428,34 +457,12 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
               tot[t][i][h] = _mm256_add_epi32(tot[t][i][h], _mm256_add_epi32(_mm256_madd_epi16(s[t][i][h][0], scp[i][2 * u][h]),
                                                                            _mm256_madd_epi16(s[t][i][h][1], scp[i][2 * u + 1][h])));
       } else if constexpr (q5) {
-        // Codes up to 31: a vpmaddubsw lane <= 2 * 31 * 128 = 7936, so the
-        // lo and hi products of two loads are summed in int16 (<= 31744)
-        // per vpmaddwd, two vpmaddwd per sub-block.
-        __m256i qh[NP][2];
-        for (std::size_t i = 0; i < NP; ++i)
-          for (int h = 0; h < 2; ++h) qh[i][h] = load8(p[i][b].unit[u].qh[8 * h]);
 #pragma GCC unroll 2
         for (int g0 = 0; g0 < 4; g0 += 2) {
           __m256i s[NT][NP][2];
-          for (std::size_t t = 0; t < NT; ++t)
-            for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-          for (int g = g0; g < g0 + 2; ++g) {
-            __m256i alo[NT], ahi[NT];
-            for (std::size_t t = 0; t < NT; ++t) {
-              const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
-              alo[t] = bcast4(q), ahi[t] = bcast4(q + 16);
-            }
-            for (std::size_t i = 0; i < NP; ++i)
-#pragma GCC unroll 2
-              for (int h = 0; h < 2; ++h) {
-                __m256i lo, hi;
-                q5_codes(load8(p[i][b].unit[u].qs[g] + 8 * h), qh[i][h], g, lo, hi);
-                for (std::size_t t = 0; t < NT; ++t)
-                  s[t][i][h] = _mm256_add_epi16(s[t][i][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]),
-                                                                             _mm256_maddubs_epi16(hi, ahi[t])));
-              }
-          }
+          q5_sums<NT, NP>(g0, [&](std::size_t i, int g) { return p[i][b].unit[u].qs[g]; },
+                          [&](std::size_t i) { return p[i][b].unit[u].qh[0]; },
+                          [&](std::size_t t) { return a[t * stride + b].qs + 32 * u; }, s);
           for (std::size_t t = 0; t < NT; ++t)
             for (std::size_t i = 0; i < NP; ++i)
               for (int h = 0; h < 2; ++h) tot[t][i][h] = _mm256_add_epi32(tot[t][i][h], _mm256_madd_epi16(s[t][i][h], scp[i][u][h]));

@@ -1,8 +1,9 @@
-// kestrel/quant/legacy_x16_avx2.hpp: q4_0 on AVX2 without AVX-512 VNNI
-// through 16-row panels (quant/legacy_x16.hpp's block_q4_0_x16), read as
-// the q4_K x16 kernel reads its blocks (quant/kquant_x16_avx2.hpp). Every
-// call on a q4_0_x16 matrix (what cpu_backend makes of a file's q4_0 at
-// load) and prefill on a row-major one (panels packed per call) take it:
+// kestrel/quant/legacy_x16_avx2.hpp: q4_0 (and q4_1, q5_0, q5_1) on AVX2
+// without AVX-512 VNNI through 16-row panels (quant/legacy_x16.hpp's
+// block_q4_0_x16, ...), read as the q4_K x16 kernel reads its blocks
+// (quant/kquant_x16_avx2.hpp). Every call on an x16 matrix (what
+// cpu_backend makes of a file's matrices of those types at load) and
+// prefill on a row-major q4_0 one (panels packed per call) take it:
 //
 //   quant::detail::q40x16::tokens(panel, n_rows, a, start, nb, n_tokens, out, out_stride);
 //   quant::detail::q40x16::pairs(panels, half, a, start, nb, out);  // decode: two panels side by side
@@ -30,6 +31,15 @@
 // Per block this kernel spends 7 float and integer steps per 8 rows and
 // token on the scales, where q4_K's spends them per 256 values: q4_K x16
 // prefill runs about 15% faster.
+// q4_1, q5_0 and q5_1 take it too, interleaved at load (q5: the fifth bits
+// merged as q5_K's, x16::q5_sums, two int16 sums per block; _1: one more
+// FMA by m_w s_a). kestrel-bench -p 64 -n 32, TinyLlama, 2 threads, 2
+// alternated rounds, t/s row-major / x16: q5_0 tg 31.4-31.5 / 39.6-40.5
+// (bound ratio 0.74-0.80 / 0.91-0.93), pp64 63 / 82-83; q4_1 tg 33.7-34.0
+// / 44.7-45.5 (0.94-0.98), pp64 53.5-54.4 / 74.8-77.5; q5_1 tg 24.4-24.8 /
+// 35.4-35.8 (0.63-0.66 / 0.92-0.95), pp64 46.4-46.8 / 65.7-67.5. From 96
+// tokens on they go to the dequantizing float GEMM instead (cpu/matmul.hpp,
+// takes_dequant_gemm), which beat this kernel at pp512.
 //
 // Bits: S = sum (v - 8) a over the block is exact, each block adds one
 // rounding: |result - exact| <= gamma_nb T, inside the tiles' bound; each
@@ -50,54 +60,71 @@
 
 #if defined(KESTREL_KQUANT_X16_AVX2)  // the same ISA as the q4_K x16 kernel (AVX2, FMA, F16C, no VNNI)
 #include <immintrin.h>
-#define KESTREL_Q4_0_X16_AVX2 1
+#define KESTREL_LEGACY_X16_AVX2 1
 
 namespace kestrel::quant::detail::q40x16 {
-
-using block = block_q4_0_x16;
 
 /// Token groups per pass over a panel (as the q4_K x16 kernel).
 inline constexpr std::size_t token_group = 4;
 
 /// Decode's software prefetch: per block, the lines prefetch_bytes (two
-/// blocks) ahead of it, non-temporal. Measured on Zen 2 (/tmp harness, 302
-/// MB of q4_0_x16 in huge pages, 2 threads each walking two panels side by
-/// side, GB/s, medians of 7): none 27.4-29.2; NTA 288 bytes ahead 27.9-28.6,
-/// 432 31.0-33.0, 576 32.2-33.0, 720 31.6-31.9, 864 28.2-29.7; T0 576
-/// 29.1-30.8, T1 576 30.2-30.4, T1 1152 27.1-27.6. A plain read of as many
-/// bytes reaches 33.
-inline constexpr std::size_t prefetch_bytes = 2 * sizeof(block);
-inline constexpr std::size_t prefetch_lines = (sizeof(block) + 63) / 64;
+/// q4_0 blocks) ahead of it, non-temporal. Measured on Zen 2 (/tmp harness,
+/// 302 MB of q4_0_x16 in huge pages, 2 threads each walking two panels side
+/// by side, GB/s, medians of 7): none 27.4-29.2; NTA 288 bytes ahead
+/// 27.9-28.6, 432 31.0-33.0, 576 32.2-33.0, 720 31.6-31.9, 864 28.2-29.7;
+/// T0 576 29.1-30.8, T1 576 30.2-30.4, T1 1152 27.1-27.6. A plain read of
+/// as many bytes reaches 33. The other types keep the 576 bytes.
+inline constexpr std::size_t prefetch_bytes = 576;
+
+/// The activation block of X's rows (q8_0, or q8_1 for the _1 types).
+template <class X> using act_t = activation_of_t<typename x16_source<X>::type>;
 
 /// acc[2 (NP t + i) + h] (lane r = row 8h + r of panel p[i]) = the dot of
 /// that row with token t < NT; a: the tokens' nb blocks each, stride apart;
-/// start[t * stride + b] = block_start<block_q4_0> of that block (-8 times
-/// its codes' sum). Every (row, token) runs the same instructions whatever
-/// NT and NP: the same bits alone, among other tokens or beside another
-/// panel.
-template <std::size_t NT, std::size_t NP, bool Prefetch = false>
-inline void group(const block* const* p, const block_q8_0* a, const std::int32_t* start, std::size_t nb,
+/// start[t * stride + b] = block_start of that block (-o times its codes'
+/// sum, o the code offset; unread for the _1 types). Per block, as
+/// ref::dot_fused: y = fma(d_w d_a, float(S), y), then for the _1 types y =
+/// fma(m_w, s_a, y), with S exact. Every (row, token) runs the same
+/// instructions whatever NT and NP: the same bits alone, among other tokens
+/// or beside another panel.
+template <legacy_x16_block X, std::size_t NT, std::size_t NP, bool Prefetch = false>
+inline void group(const X* const* p, const act_t<X>* a, const std::int32_t* start, std::size_t nb,
                   std::size_t stride, __m256* acc) noexcept {
+  using B = typename x16_source<X>::type;
+  constexpr bool q5 = requires(const X& x) { x.qh; }, has_m = requires(const X& x) { x.m; };
   for (std::size_t k = 0; k < 2 * NT * NP; ++k) acc[k] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (std::size_t b = 0; b < nb; ++b) {
     if constexpr (Prefetch)
       for (std::size_t i = 0; i < NP; ++i)
-        for (std::size_t l = 0; l < prefetch_lines; ++l)
-          _mm_prefetch(reinterpret_cast<const char*>(p[i] + b) + prefetch_bytes + 64 * l, _MM_HINT_NTA);
+        for (std::size_t l = 0; l < sizeof(X); l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(p[i] + b) + prefetch_bytes + l, _MM_HINT_NTA);
+    auto codes = [&](std::size_t i, int g) { return p[i][b].qs[g]; };
+    auto acts = [&](std::size_t t) { return a[t * stride + b].qs; };
+    // int16 sums of the block's products: s (q5: of loads 0 and 1 in s5,
+    // of loads 2 and 3 in s; x16::q5_sums), each to int32 below
     __m256i s[NT][NP][2];
-    x16::nibble_sums<NT, NP>([&](std::size_t i, int g) { return p[i][b].qs[g]; },
-                             [&](std::size_t t) { return a[t * stride + b].qs; }, s);
+    [[maybe_unused]] __m256i s5[q5 ? NT : 1][q5 ? NP : 1][2];
+    if constexpr (q5) {
+      auto high = [&](std::size_t i) { return p[i][b].qh[0]; };
+      x16::q5_sums<NT, NP>(0, codes, high, acts, s5);
+      x16::q5_sums<NT, NP>(2, codes, high, acts, s);
+    } else {
+      x16::nibble_sums<NT, NP>(codes, acts, s);
+    }
     for (std::size_t i = 0; i < NP; ++i)
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         const __m256 d = x16::halfs(p[i][b].d + 8 * h);
         for (std::size_t t = 0; t < NT; ++t) {
-          const __m256i S =
-              _mm256_add_epi32(_mm256_madd_epi16(s[t][i][h], ones), _mm256_set1_epi32(start[t * stride + b]));
-          const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(to_f32(a[t * stride + b].d)));
+          const act_t<X>& ab = a[t * stride + b];
+          __m256i St = _mm256_madd_epi16(s[t][i][h], ones);
+          if constexpr (q5) St = _mm256_add_epi32(_mm256_madd_epi16(s5[t][i][h], ones), St);
+          if constexpr (code_offset<B> != 0) St = _mm256_add_epi32(St, _mm256_set1_epi32(start[t * stride + b]));
+          const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(to_f32(ab.d)));
           __m256& c = acc[2 * (NP * t + i) + h];
-          c = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(S), c);
+          c = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(St), c);
+          if constexpr (has_m) c = _mm256_fmadd_ps(x16::halfs(p[i][b].m + 8 * h), _mm256_set1_ps(to_f32(ab.s)), c);
         }
       }
   }
@@ -105,12 +132,14 @@ inline void group(const block* const* p, const block_q8_0* a, const std::int32_t
 
 /// A panel (nb blocks, n_rows valid rows) against tokens [0, n_tokens):
 /// out[t * out_stride + r] for r < n_rows.
-inline void tokens(const block* p, std::size_t n_rows, const block_q8_0* a, const std::int32_t* start, std::size_t nb,
+template <legacy_x16_block X>
+inline void tokens(const X* p, std::size_t n_rows, const act_t<X>* a, const std::int32_t* start, std::size_t nb,
                    std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
   for_token_groups<token_group>(n_tokens, [&]<std::size_t NT>(std::size_t t) {
     __m256 acc[2 * NT];
-    const block* const pp[1] = {p};
-    group<NT, 1>(pp, a + t * nb, start + t * nb, nb, nb, acc);
+    const X* const pp[1] = {p};
+    const std::int32_t* st = start ? start + t * nb : nullptr;  // none for the _1 types
+    group<X, NT, 1>(pp, a + t * nb, st, nb, nb, acc);
     for (std::size_t i = 0; i < NT; ++i) x16::store_panel(acc + 2 * i, n_rows, out + (t + i) * out_stride);
   });
 }
@@ -118,12 +147,13 @@ inline void tokens(const block* p, std::size_t n_rows, const block_q8_0* a, cons
 /// Decode: 2 half whole panels (nb blocks each, from p) against one token,
 /// panels j and half + j side by side (two streams through memory, as the
 /// q4_K x16 kernel's x16_pairs); out[16 j + r]. The same bits as tokens.
-inline void pairs(const block* p, std::size_t half, const block_q8_0* a, const std::int32_t* start, std::size_t nb,
+template <legacy_x16_block X>
+inline void pairs(const X* p, std::size_t half, const act_t<X>* a, const std::int32_t* start, std::size_t nb,
                   float* out) noexcept {
   for (std::size_t j = 0; j < half; ++j) {
-    const block* const pp[2] = {p + j * nb, p + (half + j) * nb};
+    const X* const pp[2] = {p + j * nb, p + (half + j) * nb};
     __m256 acc[4];
-    group<1, 2, true>(pp, a, start, nb, nb, acc);
+    group<X, 1, 2, true>(pp, a, start, nb, nb, acc);
     x16::store_panel(acc, 16, out + 16 * j);
     x16::store_panel(acc + 2, 16, out + 16 * (half + j));
   }
