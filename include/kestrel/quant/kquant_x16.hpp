@@ -110,6 +110,24 @@ inline std::uint32_t crumbs(const std::uint8_t* p, int s) noexcept {
   for (int g = 0; g < 4; ++g) out |= ((word(p + 4 * g) >> s) & m) << (2 * g);
   return out;
 }
+/// One bit per value of 32 values (the fifth bits of q5_K, q5_0 and q5_1,
+/// q3_K's high bits), bit u of p[k] for value k, in the x16 order: bytes j
+/// < 4, at bit g (4 + g) the bit of value 4g + j (16 + 4g + j), g < 4.
+inline std::uint32_t high_bits(const std::uint8_t* p, int u) noexcept {
+  std::uint32_t out = 0;
+  for (int j = 0; j < 4; ++j)
+    for (int g = 0; g < 4; ++g)
+      out |= ((p[4 * g + j] >> u) & 1u) << (8 * j + g) | ((p[16 + 4 * g + j] >> u) & 1u) << (8 * j + 4 + g);
+  return out;
+}
+/// The inverse: each value k's bit of v (high_bits' order) set as bit u of p[k].
+inline void set_high_bits(std::uint8_t* p, int u, std::uint32_t v) noexcept {
+  for (int j = 0; j < 4; ++j)
+    for (int g = 0; g < 4; ++g) {
+      p[4 * g + j] = static_cast<std::uint8_t>(p[4 * g + j] | ((v >> (8 * j + g)) & 1u) << u);
+      p[16 + 4 * g + j] = static_cast<std::uint8_t>(p[16 + 4 * g + j] | ((v >> (8 * j + 4 + g)) & 1u) << u);
+    }
+}
 /// The loop both pack_x16 share: out[b] zeroed, then row(x, o, r) for the
 /// source block x = block b of row r, r < n_rows.
 template <class B, class X, class Row>
@@ -200,12 +218,8 @@ inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n
         const std::uint32_t v = nibbles(q + 4 * g, q + 16 + 4 * g, u % 2);
         std::memcpy(o.unit[u].qs[g][r], &v, 4);
       }
-      for (int j = 0; j < 4; ++j) {
-        std::uint8_t h = 0;
-        for (int g = 0; g < 4; ++g)
-          h = static_cast<std::uint8_t>(h | ((x.qh[4 * g + j] >> u) & 1) << g | ((x.qh[16 + 4 * g + j] >> u) & 1) << (4 + g));
-        o.unit[u].qh[r][j] = h;
-      }
+      const std::uint32_t h = high_bits(x.qh, u);
+      std::memcpy(o.unit[u].qh[r], &h, 4);
     }
     for (int w = 0; w < 3; ++w) o.scales[w][r] = word(x.scales + 4 * w);
     o.d[r] = x.d;
@@ -224,12 +238,13 @@ inline void unpack_x16(const block_q5_K_x16* panel, std::size_t r, std::size_t n
       const int t = 4 * (u % 2);
       for (int g = 0; g < 4; ++g)
         for (int j = 0; j < 4; ++j) {
-          const std::uint8_t v = p.unit[u].qs[g][r][j], h = p.unit[u].qh[r][j];
+          const std::uint8_t v = p.unit[u].qs[g][r][j];
           q[4 * g + j] = static_cast<std::uint8_t>(q[4 * g + j] | (v & 0xF) << t);
           q[16 + 4 * g + j] = static_cast<std::uint8_t>(q[16 + 4 * g + j] | (v >> 4) << t);
-          x.qh[4 * g + j] = static_cast<std::uint8_t>(x.qh[4 * g + j] | ((h >> g) & 1) << u);
-          x.qh[16 + 4 * g + j] = static_cast<std::uint8_t>(x.qh[16 + 4 * g + j] | ((h >> (4 + g)) & 1) << u);
         }
+      std::uint32_t h;
+      std::memcpy(&h, p.unit[u].qh[r], 4);
+      detail::x16_pack::set_high_bits(x.qh, u, h);
     }
     for (int w = 0; w < 3; ++w) std::memcpy(x.scales + 4 * w, &p.scales[w][r], 4);
     x.d = p.d[r];
@@ -273,12 +288,8 @@ inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n
         const std::uint32_t v = crumbs(q + 16 * h, sh);
         std::memcpy(o.unit[u].ql[h][r], &v, 4);
       }
-      for (int j = 0; j < 4; ++j) {
-        std::uint8_t m = 0;
-        for (int g = 0; g < 4; ++g)
-          m = static_cast<std::uint8_t>(m | ((x.hmask[4 * g + j] >> u) & 1) << g | ((x.hmask[16 + 4 * g + j] >> u) & 1) << (4 + g));
-        o.unit[u].hmask[r][j] = m;
-      }
+      const std::uint32_t m = high_bits(x.hmask, u);
+      std::memcpy(o.unit[u].hmask[r], &m, 4);
     }
     for (int w = 0; w < 3; ++w) o.scales[w][r] = word(x.scales + 4 * w);
     o.d[r] = x.d;
@@ -291,15 +302,18 @@ inline void unpack_x16(const block_q3_K_x16* panel, std::size_t r, std::size_t n
     const block_q3_K_x16& p = panel[b];
     block_q3_K& x = out[b];
     std::memset(&x, 0, sizeof x);
-    for (int u = 0; u < 8; ++u)
+    for (int u = 0; u < 8; ++u) {
       for (int h = 0; h < 2; ++h)
         for (int g = 0; g < 4; ++g)
           for (int j = 0; j < 4; ++j) {
             const int i = 32 * u + 16 * h + 4 * g + j;
-            const int lo = (p.unit[u].ql[h][r][j] >> (2 * g)) & 3, hi = (p.unit[u].hmask[r][j] >> (4 * h + g)) & 1;
+            const int lo = (p.unit[u].ql[h][r][j] >> (2 * g)) & 3;
             x.qs[detail::byte2(i)] = static_cast<std::uint8_t>(x.qs[detail::byte2(i)] | lo << detail::shift2(i));
-            x.hmask[i % 32] = static_cast<std::uint8_t>(x.hmask[i % 32] | hi << u);
           }
+      std::uint32_t m;
+      std::memcpy(&m, p.unit[u].hmask[r], 4);
+      detail::x16_pack::set_high_bits(x.hmask, u, m);
+    }
     for (int w = 0; w < 3; ++w) std::memcpy(x.scales + 4 * w, &p.scales[w][r], 4);
     x.d = p.d[r];
   }

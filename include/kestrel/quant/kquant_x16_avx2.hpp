@@ -301,47 +301,15 @@ inline void q3_codes(__m256i ql0, __m256i ql1, __m256i hm, int g, __m256i& lo, _
 }
 
 /// s[t][i][h] (lane r: 2 int16 of row 8h + r of panel i) = the products of
-/// 32 nibble codes with token t's 32 activations: codes(i, g), g < 4, the
-/// 16 rows x 4 bytes whose low nibbles are values 4g + j and high nibbles
-/// 16 + 4g + j; acts(t) the 32 activations. 8 vpmaddubsw per row and token
-/// summed in int16: at most 8 * 2 * 15 * 128 = 30720. The q4_K sub-block
-/// step here and q4_0's block step (quant/legacy_x16_avx2.hpp).
-template <std::size_t NT, std::size_t NP, class Codes, class Acts>
-inline void nibble_sums(Codes&& codes, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
-  const __m256i m0f = _mm256_set1_epi8(0x0f);
+/// the codes of loads g in [G0, G1) with token t's activations acts(t):
+/// code(i, g, h, lo, hi) gives rows 8h .. 8h + 7's codes of values 4g + j
+/// (lo) and 16 + 4g + j (hi), j < 4; a vpmaddubsw each, summed in int16.
+template <int G0, int G1, std::size_t NT, std::size_t NP, class Code, class Acts>
+inline void code_sums(Code&& code, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
   for (std::size_t t = 0; t < NT; ++t)
     for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
 #pragma GCC unroll 4
-  for (int g = 0; g < 4; ++g) {
-    __m256i alo[NT], ahi[NT];
-    for (std::size_t t = 0; t < NT; ++t) {
-      const std::int8_t* q = acts(t) + 4 * g;
-      alo[t] = bcast4(q), ahi[t] = bcast4(q + 16);
-    }
-    for (std::size_t i = 0; i < NP; ++i)
-#pragma GCC unroll 2
-      for (int h = 0; h < 2; ++h) {
-        const __m256i c = load8(codes(i, g) + 8 * h);
-        const __m256i lo = _mm256_and_si256(c, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), m0f);
-        for (std::size_t t = 0; t < NT; ++t)
-          s[t][i][h] = _mm256_add_epi16(s[t][i][h],
-                                        _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]), _mm256_maddubs_epi16(hi, ahi[t])));
-      }
-  }
-}
-
-/// As nibble_sums, for 5-bit codes: the products of loads g0 and g0 + 1
-/// (values 4g + j and 16 + 4g + j, g in {g0, g0 + 1}) of codes(i, g) with
-/// their fifth bits from high(i) (16 rows x 4 bytes, q5_codes), summed in
-/// int16: a vpmaddubsw lane <= 2 * 31 * 128 = 7936, four <= 31744. The q5_K
-/// sub-block's two halves and the q5_0 / q5_1 block's
-/// (quant/legacy_x16_avx2.hpp).
-template <std::size_t NT, std::size_t NP, class Codes, class High, class Acts>
-inline void q5_sums(int g0, Codes&& codes, High&& high, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
-  for (std::size_t t = 0; t < NT; ++t)
-    for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
-#pragma GCC unroll 2
-  for (int g = g0; g < g0 + 2; ++g) {
+  for (int g = G0; g < G1; ++g) {
     __m256i alo[NT], ahi[NT];
     for (std::size_t t = 0; t < NT; ++t) {
       const std::int8_t* q = acts(t) + 4 * g;
@@ -351,12 +319,40 @@ inline void q5_sums(int g0, Codes&& codes, High&& high, Acts&& acts, __m256i (*s
 #pragma GCC unroll 2
       for (int h = 0; h < 2; ++h) {
         __m256i lo, hi;
-        q5_codes(load8(codes(i, g) + 8 * h), load8(high(i) + 32 * h), g, lo, hi);
+        code(i, g, h, lo, hi);
         for (std::size_t t = 0; t < NT; ++t)
-          s[t][i][h] = _mm256_add_epi16(s[t][i][h], _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]),
-                                                                     _mm256_maddubs_epi16(hi, ahi[t])));
+          s[t][i][h] = _mm256_add_epi16(s[t][i][h],
+                                        _mm256_add_epi16(_mm256_maddubs_epi16(lo, alo[t]), _mm256_maddubs_epi16(hi, ahi[t])));
       }
   }
+}
+
+/// code_sums of 32 nibble codes: codes(i, g) the 16 rows x 4 bytes whose
+/// low nibbles are values 4g + j and high nibbles 16 + 4g + j; 8 vpmaddubsw
+/// per row and token, at most 8 * 2 * 15 * 128 = 30720. The q4_K sub-block
+/// step here and q4_0's block step (quant/legacy_x16_avx2.hpp).
+template <std::size_t NT, std::size_t NP, class Codes, class Acts>
+inline void nibble_sums(Codes&& codes, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
+  const __m256i m0f = _mm256_set1_epi8(0x0f);
+  code_sums<0, 4, NT, NP>(
+      [&](std::size_t i, int g, int h, __m256i& lo, __m256i& hi) {
+        const __m256i c = load8(codes(i, g) + 8 * h);
+        lo = _mm256_and_si256(c, m0f), hi = _mm256_and_si256(_mm256_srli_epi16(c, 4), m0f);
+      },
+      acts, s);
+}
+
+/// code_sums of 5-bit codes over loads G0 and G0 + 1, their fifth bits from
+/// high(i) (16 rows x 4 bytes, q5_codes): a vpmaddubsw lane <= 2 * 31 * 128
+/// = 7936, four <= 31744. The q5_K sub-block's two halves and the q5_0 /
+/// q5_1 block's (quant/legacy_x16_avx2.hpp).
+template <int G0, std::size_t NT, std::size_t NP, class Codes, class High, class Acts>
+inline void q5_sums(Codes&& codes, High&& high, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
+  code_sums<G0, G0 + 2, NT, NP>(
+      [&](std::size_t i, int g, int h, __m256i& lo, __m256i& hi) {
+        q5_codes(load8(codes(i, g) + 8 * h), load8(high(i) + 32 * h), g, lo, hi);
+      },
+      acts, s);
 }
 
 /// acc[(NP t + i) 2 + h] (lane r = row 8h + r of panel p[i]) = the dot of
@@ -457,16 +453,18 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
               tot[t][i][h] = _mm256_add_epi32(tot[t][i][h], _mm256_add_epi32(_mm256_madd_epi16(s[t][i][h][0], scp[i][2 * u][h]),
                                                                            _mm256_madd_epi16(s[t][i][h][1], scp[i][2 * u + 1][h])));
       } else if constexpr (q5) {
-#pragma GCC unroll 2
-        for (int g0 = 0; g0 < 4; g0 += 2) {
+        // two int16 sums per sub-block (q5_sums), each scaled into tot
+        auto half = [&]<int G0>() {
           __m256i s[NT][NP][2];
-          q5_sums<NT, NP>(g0, [&](std::size_t i, int g) { return p[i][b].unit[u].qs[g]; },
-                          [&](std::size_t i) { return p[i][b].unit[u].qh[0]; },
-                          [&](std::size_t t) { return a[t * stride + b].qs + 32 * u; }, s);
+          q5_sums<G0, NT, NP>([&](std::size_t i, int g) { return p[i][b].unit[u].qs[g]; },
+                              [&](std::size_t i) { return p[i][b].unit[u].qh[0]; },
+                              [&](std::size_t t) { return a[t * stride + b].qs + 32 * u; }, s);
           for (std::size_t t = 0; t < NT; ++t)
             for (std::size_t i = 0; i < NP; ++i)
               for (int h = 0; h < 2; ++h) tot[t][i][h] = _mm256_add_epi32(tot[t][i][h], _mm256_madd_epi16(s[t][i][h], scp[i][u][h]));
-        }
+        };
+        half.template operator()<0>();
+        half.template operator()<2>();
       } else {
         __m256i s[NT][NP][2];
         nibble_sums<NT, NP>([&](std::size_t i, int g) { return p[i][b].qs[u][g]; },

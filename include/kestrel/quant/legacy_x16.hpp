@@ -86,12 +86,10 @@ inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n
     if constexpr (requires { x.qh; }) {
       std::uint32_t h;
       std::memcpy(&h, x.qh, 4);  // bit i: value i's fifth bit
-      for (int j = 0; j < 4; ++j) {
-        std::uint8_t v = 0;
-        for (int g = 0; g < 4; ++g)
-          v = static_cast<std::uint8_t>(v | ((h >> (4 * g + j)) & 1) << g | ((h >> (16 + 4 * g + j)) & 1) << (4 + g));
-        o.qh[r][j] = v;
-      }
+      std::uint8_t bits[32];     // bits[i]: the same at bit 0
+      for (int i = 0; i < 32; ++i) bits[i] = static_cast<std::uint8_t>((h >> i) & 1u);
+      const std::uint32_t v = detail::x16_pack::high_bits(bits, 0);
+      std::memcpy(o.qh[r], &v, 4);
     }
   });
 }
@@ -105,12 +103,11 @@ inline void unpack_x16(const X* panel, std::size_t r, std::size_t nb, typename x
     out[b].d = panel[b].d[r];
     if constexpr (requires { out[b].m; }) out[b].m = panel[b].m[r];
     if constexpr (requires { out[b].qh; }) {
-      std::uint32_t h = 0;
-      for (int j = 0; j < 4; ++j)
-        for (int g = 0; g < 4; ++g) {
-          const std::uint32_t v = panel[b].qh[r][j];
-          h |= ((v >> g) & 1u) << (4 * g + j) | ((v >> (4 + g)) & 1u) << (16 + 4 * g + j);
-        }
+      std::uint32_t v, h = 0;
+      std::memcpy(&v, panel[b].qh[r], 4);
+      std::uint8_t bits[32] = {};
+      detail::x16_pack::set_high_bits(bits, 0, v);
+      for (int i = 0; i < 32; ++i) h |= static_cast<std::uint32_t>(bits[i]) << i;
       std::memcpy(out[b].qh, &h, 4);
     }
   }

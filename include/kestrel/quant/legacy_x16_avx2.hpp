@@ -107,8 +107,8 @@ inline void group(const X* const* p, const act_t<X>* a, const std::int32_t* star
     [[maybe_unused]] __m256i s5[q5 ? NT : 1][q5 ? NP : 1][2];
     if constexpr (q5) {
       auto high = [&](std::size_t i) { return p[i][b].qh[0]; };
-      x16::q5_sums<NT, NP>(0, codes, high, acts, s5);
-      x16::q5_sums<NT, NP>(2, codes, high, acts, s);
+      x16::q5_sums<0, NT, NP>(codes, high, acts, s5);
+      x16::q5_sums<2, NT, NP>(codes, high, acts, s);
     } else {
       x16::nibble_sums<NT, NP>(codes, acts, s);
     }
