@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -237,14 +238,18 @@ class cpu_backend {
     }, n);
   }
 
-  /// A k-quant or q4_0 matrix (in the file mapping) interleaved into dst
-  /// (copy_type), the threads splitting the panels; as copy_matrix, the
+  /// A matrix (in the file mapping) whose copy_type is an x16 layout,
+  /// interleaved into dst, the threads splitting the panels; as copy_matrix, the
   /// file's pages are given back as their rows are packed (the whole pages
   /// inside each run; the pages a run boundary cuts go back with the whole
   /// mappings at the end of prepare_weights).
-  void interleave([[maybe_unused]] const weight_view& v, [[maybe_unused]] std::byte* dst) {
-#if defined(KESTREL_X16_KERNEL)
-    auto run = [&]<class X>(X* out) {
+  void interleave(const weight_view& v, std::byte* dst) {
+    weight_view target = v;  // copy_type's layout, whose block type visit_x16 names
+    target.type = copy_type(v);
+    target.data = dst;
+    cpu::detail::visit_x16(target, [&](const auto* panels) {
+      using X = std::remove_cv_t<std::remove_pointer_t<decltype(panels)>>;
+      X* const out = reinterpret_cast<X*>(dst);
       const auto* src = static_cast<const std::byte*>(v.data);
       const std::size_t row_bytes = v.row_bytes(), n_panels = (v.rows + 15) / 16;
       // Panels in runs of about 2 MiB of source, so pages go back as the copy proceeds.
@@ -257,22 +262,7 @@ class cpu_backend {
           release_pages(src + lo, hi - lo);
         }
       }, v.rows * row_bytes);
-    };
-    if (v.type == dtype::q4_k) run(reinterpret_cast<quant::block_q4_K_x16*>(dst));
-    else if (v.type == dtype::q6_k) run(reinterpret_cast<quant::block_q6_K_x16*>(dst));
-    else if (v.type == dtype::q5_k && quant::x16_kernel<quant::block_q5_K_x16>)
-      run(reinterpret_cast<quant::block_q5_K_x16*>(dst));
-    else if (v.type == dtype::q3_k && quant::x16_kernel<quant::block_q3_K_x16>)
-      run(reinterpret_cast<quant::block_q3_K_x16*>(dst));
-    else if (v.type == dtype::q2_k && quant::x16_kernel<quant::block_q2_K_x16>)
-      run(reinterpret_cast<quant::block_q2_K_x16*>(dst));
-#if defined(KESTREL_LEGACY_X16_AVX2)
-    else if (v.type == dtype::q4_0) run(reinterpret_cast<quant::block_q4_0_x16*>(dst));
-    else if (v.type == dtype::q4_1) run(reinterpret_cast<quant::block_q4_1_x16*>(dst));
-    else if (v.type == dtype::q5_0) run(reinterpret_cast<quant::block_q5_0_x16*>(dst));
-    else if (v.type == dtype::q5_1) run(reinterpret_cast<quant::block_q5_1_x16*>(dst));
-#endif
-#endif
+    });
   }
 
   std::unique_ptr<cpu::thread_pool> pool_;  // behind a pointer so the backend can move into a model
