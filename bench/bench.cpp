@@ -514,6 +514,7 @@ struct model_facts {
   std::uint64_t decode_bytes = 0;   // weight bytes read per decoded token
   std::uint64_t layer_params = 0;   // elements of the layers' matrices
   std::uint64_t output_params = 0;  // elements of the output matrix
+  std::uint64_t last_token_params = 0;  // the last layer's wq, wo and FFN: a prompt needs them for its last token only
   bool quantized = false;
   std::string ftype;
 };
@@ -542,6 +543,11 @@ model_facts facts_of(const kestrel::model_file& f) {
   };
   for (const auto& L : w.layers)
     for (const auto* v : L.matrices()) add_layer_matrix(*v);
+  if (!w.layers.empty()) {
+    const auto& L = w.layers.back();
+    for (const auto* v : {&L.wq, &L.wo, &L.ffn_gate, &L.ffn_up, &L.ffn_down})
+      if (v->data) m.last_token_params += matrix_elems(*v);
+  }
   m.output_params = matrix_elems(w.output);
   m.decode_bytes = mat_bytes + w.output.bytes();
   m.quantized = quant_bytes > float_bytes;
@@ -844,8 +850,13 @@ int main(int argc, char** argv) {
             }
             r.peak_rss = peak_rss_bytes();
             if (n_prompt) {
-              const double ops_per_token = 2.0 * static_cast<double>(facts.layer_params) +
-                                           2.0 * static_cast<double>(facts.output_params) / static_cast<double>(n_prompt);
+              // The work a prompt needs: every layer's matrices per token
+              // but the last layer's queries, output and FFN (and the output
+              // matrix) for the last token alone; attention not counted.
+              const double np = static_cast<double>(n_prompt);
+              const double ops_per_token =
+                  2.0 * (static_cast<double>(facts.layer_params - facts.last_token_params) +
+                         static_cast<double>(facts.last_token_params + facts.output_params) / np);
               const double peak_ops = (facts.quantized ? peak.int8_gops : peak.f32_gflops) * 1e9;
               r.bound_ts = peak_ops / ops_per_token;
             } else {

@@ -83,6 +83,15 @@ void check_arch(const std::string& name, bool via_gguf = false) {
     double worst = 0;
     for (std::size_t i = 0; i < all.size(); ++i) worst = std::max(worst, std::fabs(double(all[i]) - want[i]));
     CHECK_MESSAGE(worst <= tol, "prefill: max |logit - reference| " << worst << " > " << tol);
+    // prefill() without every token's logits: the last layer takes only the
+    // last token past its keys and values (biases, windows and learned
+    // positions included).
+    m.reset();
+    const auto last = m.prefill(toks);
+    double worst_last = 0;
+    for (std::size_t v = 0; v < V; ++v)
+      worst_last = std::max(worst_last, std::fabs(double(last[v]) - want[(toks.size() - 1) * V + v]));
+    CHECK_MESSAGE(worst_last <= tol, "prefill, last token: max |logit - reference| " << worst_last << " > " << tol);
     // Decode after a one-token prefill: the KV-cache path, window included.
     m.reset();
     auto row = m.prefill(std::span(toks).first(1));
