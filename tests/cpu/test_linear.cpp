@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "helpers.hpp"
@@ -660,12 +661,43 @@ void check_legacy_x16_linear(dtype row_major, dtype interleaved) {
 
 }  // namespace
 
-TEST_CASE("cpu: q4_0_x16 / q4_1_x16 / q5_0_x16 / q5_1_x16 matvec / matmul / fused forms == the row-major scalar twins") {
+TEST_CASE("cpu: q4_0_x16 / q4_1_x16 / q5_0_x16 / q5_1_x16 / q8_0_x16 matvec / matmul / fused forms == the row-major scalar twins") {
   check_legacy_x16_linear<q::block_q4_0_x16>(dtype::q4_0, dtype::q4_0_x16);
   check_legacy_x16_linear<q::block_q4_1_x16>(dtype::q4_1, dtype::q4_1_x16);
   check_legacy_x16_linear<q::block_q5_0_x16>(dtype::q5_0, dtype::q5_0_x16);
   check_legacy_x16_linear<q::block_q5_1_x16>(dtype::q5_1, dtype::q5_1_x16);
+  check_legacy_x16_linear<q::block_q8_0_x16>(dtype::q8_0, dtype::q8_0_x16);
 }
+
+#if defined(KESTREL_LEGACY_X16_AVX2)
+TEST_CASE("cpu: q8_0_x16 with the extreme codes: -128 and 127 against activations at +-127, bit for bit") {
+  // The kernel's vpmaddubsw takes |w| (128 for -128) by a carrying w's sign:
+  // a pair's sum reaches 2 * 128 * 127 here, just inside int16; the result
+  // is ref::dot_fused's, whose block sums are exact.
+  const std::size_t rows = 19, cols = 256, nb = cols / 32;
+  std::mt19937 rng(11);
+  legacy_weight<q::block_q8_0> w(dtype::q8_0, rows, cols, 5);
+  for (auto& b : w.blocks)
+    for (auto& c : b.qs) {
+      const auto pick = rng() % 4;
+      c = static_cast<std::int8_t>(pick == 0 ? -128 : pick == 1 ? 127 : static_cast<int>(rng() % 256) - 128);
+    }
+  x16_weight<q::block_q8_0_x16> wx(w, dtype::q8_0_x16);
+  for (std::size_t n_tokens : {1, 2, 5}) {
+    std::vector<float> x(n_tokens * cols);
+    for (auto& v : x) v = (rng() & 1) ? 1.0f : -1.0f;  // every activation code +-127
+    const auto a = legacy_acts<q::block_q8_0>(x, n_tokens, cols);
+    std::vector<float> got(n_tokens * rows, -1.0f);
+    cpu::matmul(wx.view, x.data(), n_tokens, got.data(), nullptr);
+    for (std::size_t t = 0; t < n_tokens; ++t)
+      for (std::size_t r = 0; r < rows; ++r) {
+        CAPTURE(n_tokens);
+        CAPTURE(r);
+        CHECK(got[t * rows + r] == q::ref::dot_fused(w.blocks.data() + r * nb, a.data() + t * nb, cols));
+      }
+  }
+}
+#endif
 
 TEST_CASE("cpu: legacy-quant matvec / matmul == scalar twins, decode == prefill") {
   check_legacy_linear<q::block_q4_0>(dtype::q4_0);

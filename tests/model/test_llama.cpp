@@ -281,13 +281,13 @@ TEST_CASE("block-quantized weights (GGUF types): fast == scalar twin, decode == 
 }
 
 TEST_CASE("weights copied into huge pages: the views move, the bytes and the logits do not") {
-  // A q8_0 model (a type every machine copies as it is; the interleaved
+  // An f16 model (a type every machine copies as it is; the interleaved
   // ones are tested below) with the output tied to the embeddings, through a
   // GGUF file (only a file mapping's pages may be given back).
   const auto hp = test::random_llama_shape();
-  auto mem = test::quantized_copy(test::random_llama(hp, dtype::f32, 5), dtype::q8_0);
+  auto mem = test::random_llama(hp, dtype::f16, 5);
   mem.output = mem.token_embd;
-  const auto path = test::scratch_dir("placement") / "tied_q8_0.gguf";
+  const auto path = test::scratch_dir("placement") / "tied_f16.gguf";
   write_gguf(mem, path);
   const llama_weights file = load_gguf_weights(std::make_shared<const io::gguf_file>(path));
   REQUIRE(file.mapped.size() == 1);
@@ -353,8 +353,8 @@ TEST_CASE("k-quant and q4_0 matrices copied at load are interleaved by 16 rows: 
   // A q4_K (then the other k-quants and legacy types) model with the output
   // tied to the embeddings (so the embedding lookup reads the interleaved
   // matrix too), through a GGUF file. q4_K and q6_K are interleaved with
-  // AVX2 or AVX-512 VNNI, the other k-quants, q4_0, q4_1, q5_0 and q5_1
-  // with AVX2 and without VNNI (whose row-major kernels for them stay).
+  // AVX2 or AVX-512 VNNI, the other k-quants and the legacy types with
+  // AVX2 and without VNNI (whose row-major kernels for them stay).
 #if defined(KESTREL_X16_KERNEL)
   constexpr bool kquants_x16 = true;
 #else
@@ -377,7 +377,8 @@ TEST_CASE("k-quant and q4_0 matrices copied at load are interleaved by 16 rows: 
                                                   layout{dtype::q4_0, dtype::q4_0_x16, legacy_x16},
                                                   layout{dtype::q4_1, dtype::q4_1_x16, legacy_x16},
                                                   layout{dtype::q5_0, dtype::q5_0_x16, legacy_x16},
-                                                  layout{dtype::q5_1, dtype::q5_1_x16, legacy_x16}}) {
+                                                  layout{dtype::q5_1, dtype::q5_1_x16, legacy_x16},
+                                                  layout{dtype::q8_0, dtype::q8_0_x16, legacy_x16}}) {
     CAPTURE(name_of(type));
     const auto hp = test::random_llama_shape();
     auto mem = test::quantized_copy(test::random_llama(hp, dtype::f32, 7), type);

@@ -16,13 +16,13 @@ namespace kestrel {
 /// Element types of weights. The float types hold one value per element;
 /// the GGUF block types (quant/) hold block_size(t) values in
 /// block_bytes(t) bytes. The _x16 types (q4_k_x16 and after) are no
-/// file's types: the k-quants and q4_0, q4_1, q5_0, q5_1 with 16 rows interleaved
+/// file's types: the k-quants and q4_0, q4_1, q5_0, q5_1, q8_0 with 16 rows interleaved
 /// (quant/kquant_x16.hpp, quant/legacy_x16.hpp), what cpu_backend makes of
 /// a file's matrices of those types at load; their blocks hold 16 rows' 256
 /// (the legacy types: 32) values in 16 * block_bytes bytes, so a matrix is whole panels
 /// of panel_rows(t) rows.
 enum class dtype : std::uint8_t {
-  f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_x16, q6_k_x16, q4_0_x16, q5_k_x16, q3_k_x16, q2_k_x16, q4_1_x16, q5_0_x16, q5_1_x16
+  f32, f16, bf16, q4_0, q4_1, q5_0, q5_1, q8_0, q2_k, q3_k, q4_k, q5_k, q6_k, q4_k_x16, q6_k_x16, q4_0_x16, q5_k_x16, q3_k_x16, q2_k_x16, q4_1_x16, q5_0_x16, q5_1_x16, q8_0_x16
 };
 
 constexpr bool is_quantized(dtype t) noexcept { return t >= dtype::q4_0; }
@@ -55,6 +55,7 @@ constexpr std::size_t block_bytes(dtype t) noexcept {
     case dtype::q4_1_x16: return 20;   // as q4_1 (and below, as theirs)
     case dtype::q5_0_x16: return 22;
     case dtype::q5_1_x16: return 24;
+    case dtype::q8_0_x16: return 34;
   }
   return 0;
 }
@@ -89,6 +90,7 @@ constexpr std::string_view name_of(dtype t) noexcept {
     case dtype::q4_1_x16: return "q4_1_x16";
     case dtype::q5_0_x16: return "q5_0_x16";
     case dtype::q5_1_x16: return "q5_1_x16";
+    case dtype::q8_0_x16: return "q8_0_x16";
   }
   return "?";
 }

@@ -238,7 +238,8 @@ inline bool takes_dequant_gemm(const weight_view& w, std::size_t n_tokens) noexc
   // come here as they would row-major: TinyLlama, pp512, 2 threads,
   // alternated, t/s x16 kernel / this: q5_0 81.2-82.0 / 86.3-87.1, q4_1
   // 74.8-76.5 / 82.9-87.6.
-  const bool legacy_x16 = w.type == dtype::q4_1_x16 || w.type == dtype::q5_0_x16 || w.type == dtype::q5_1_x16;
+  const bool legacy_x16 = w.type == dtype::q4_1_x16 || w.type == dtype::q5_0_x16 || w.type == dtype::q5_1_x16 ||
+                          w.type == dtype::q8_0_x16;
 #else
   const bool legacy_x16 = false;
 #endif

@@ -15,7 +15,7 @@
 // 16-row panels packed per call (q4_0_packed_linear below,
 // quant/legacy_x16_avx2.hpp), for the other legacy types register tiles of
 // 2 rows x 4 tokens (quant/legacy_tiles_avx2.hpp). cpu_backend gives q4_0,
-// q4_1, q5_0 and q5_1 matrices that 16-row layout at load with AVX2 alone
+// q4_1, q5_0, q5_1 and q8_0 matrices that 16-row layout at load with AVX2 alone
 // (dtype::q4_0_x16, ...), whose every call takes that kernel
 // (legacy_x16_linear), as the k-quants' x16 layouts do (x16_linear). Without AVX2,
 // quant::dot per (row, token). (With AVX2 alone, cpu::matmul hands calls of
@@ -95,6 +95,7 @@ decltype(auto) visit_x16(const weight_view& w, F&& f) {
     case dtype::q4_1_x16: return f(static_cast<const quant::block_q4_1_x16*>(w.data));
     case dtype::q5_0_x16: return f(static_cast<const quant::block_q5_0_x16*>(w.data));
     case dtype::q5_1_x16: return f(static_cast<const quant::block_q5_1_x16*>(w.data));
+    case dtype::q8_0_x16: return f(static_cast<const quant::block_q8_0_x16*>(w.data));
     default: throw invalid_argument("cpu: weight type " + std::string(name_of(w.type)) + " is not an x16 layout");
   }
 }
@@ -364,8 +365,8 @@ inline void q4_0_packed_linear(const std::byte* base, std::size_t row_bytes, std
 }
 #endif
 
-/// Y(n_tokens, rows) = X W^T with W in q4_0_x16, q4_1_x16, q5_0_x16 or
-/// q5_1_x16 (X, quant/legacy_x16.hpp), the layouts cpu_backend gives those
+/// Y(n_tokens, rows) = X W^T with W in q4_0_x16, q4_1_x16, q5_0_x16,
+/// q5_1_x16 or q8_0_x16 (X, quant/legacy_x16.hpp), the layouts cpu_backend gives those
 /// types' matrices with AVX2 and without AVX-512 VNNI: threads split the
 /// panels; the kernel of quant/legacy_x16_avx2.hpp
 /// takes every call, decode two panels at a time, more tokens in groups of
@@ -387,7 +388,8 @@ inline void legacy_x16_linear(const weight_view& w, const float* x, std::size_t 
 #if defined(KESTREL_LEGACY_X16_AVX2)
   if (!reference) {
     namespace qx = quant::detail::q40x16;
-    const std::int32_t* bs = legacy_block_starts<B>(a, n_tokens * nb);
+    // q8_0_x16's kernel takes signed codes (no offset, no starts)
+    const std::int32_t* bs = std::is_same_v<B, quant::block_q8_0> ? nullptr : legacy_block_starts<B>(a, n_tokens * nb);
     x16_walk(
         rows, n_tokens, pool, work, y,
         [&](std::size_t p, std::size_t n_rows, float* out) {

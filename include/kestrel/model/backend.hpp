@@ -114,8 +114,8 @@ class cpu_backend {
   /// but interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16,
   /// quant/kquant_x16.hpp; q4_K the same size, q6_K 1% larger), which
   /// decode's kernel reads a row per lane; the views take the new type. With
-  /// AVX2 and without VNNI, q2_K, q3_K, q5_K, q4_0, q4_1, q5_0 and q5_1
-  /// matrices too (dtype::q2_k_x16, ...; quant/kquant_x16.hpp,
+  /// AVX2 and without VNNI, q2_K, q3_K, q5_K, q4_0, q4_1, q5_0, q5_1 and
+  /// q8_0 matrices too (dtype::q2_k_x16, ...; quant/kquant_x16.hpp,
   /// quant/legacy_x16.hpp; the same size, q3_K 2% larger).
   void prepare_weights(llama_weights& w) {
     if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
@@ -217,6 +217,7 @@ class cpu_backend {
     if (v.type == dtype::q4_1) return dtype::q4_1_x16;
     if (v.type == dtype::q5_0) return dtype::q5_0_x16;
     if (v.type == dtype::q5_1) return dtype::q5_1_x16;
+    if (v.type == dtype::q8_0) return dtype::q8_0_x16;
 #endif
     return v.type;
   }

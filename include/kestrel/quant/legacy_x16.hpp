@@ -1,5 +1,5 @@
-// kestrel/quant/legacy_x16.hpp: q4_0, q4_1, q5_0 and q5_1 with 16 rows
-// interleaved ("q4_0_x16", ...; dtype::q4_0_x16, ...), the layouts
+// kestrel/quant/legacy_x16.hpp: q4_0, q4_1, q5_0, q5_1 and q8_0 with 16
+// rows interleaved ("q4_0_x16", ...; dtype::q4_0_x16, ...), the layouts
 // cpu_backend gives a file's matrices of those types when it copies them at
 // load on AVX2 machines without AVX-512 VNNI (model/backend.hpp), read by
 // the kernels of quant/legacy_x16_avx2.hpp:
@@ -56,21 +56,35 @@ struct alignas(32) block_q5_1_x16 {
   std::uint8_t qh[16][4];
   f16 d[16], m[16];
 };
+/// q8_0: qs[g][r] row r's values 4g .. 4g + 3 (signed bytes), d per row.
+struct alignas(32) block_q8_0_x16 {
+  static constexpr std::size_t values = 32;
+  std::int8_t qs[8][16][4];
+  f16 d[16];
+};
 static_assert(sizeof(block_q4_0_x16) == 288 && sizeof(block_q4_1_x16) == 320 && sizeof(block_q5_0_x16) == 352 &&
-              sizeof(block_q5_1_x16) == 384);
+              sizeof(block_q5_1_x16) == 384 && sizeof(block_q8_0_x16) == 544);
 static_assert(sizeof(block_q4_0_x16) == x16_rows * block_bytes(dtype::q4_0_x16) &&
                   sizeof(block_q4_1_x16) == x16_rows * block_bytes(dtype::q4_1_x16) &&
                   sizeof(block_q5_0_x16) == x16_rows * block_bytes(dtype::q5_0_x16) &&
-                  sizeof(block_q5_1_x16) == x16_rows * block_bytes(dtype::q5_1_x16),
+                  sizeof(block_q5_1_x16) == x16_rows * block_bytes(dtype::q5_1_x16) &&
+                  sizeof(block_q8_0_x16) == x16_rows * block_bytes(dtype::q8_0_x16),
               "a legacy x16 matrix has the bytes of its 16-row panels");
 template <> struct x16_source<block_q4_0_x16> { using type = block_q4_0; };
 template <> struct x16_source<block_q4_1_x16> { using type = block_q4_1; };
 template <> struct x16_source<block_q5_0_x16> { using type = block_q5_0; };
 template <> struct x16_source<block_q5_1_x16> { using type = block_q5_1; };
+template <> struct x16_source<block_q8_0_x16> { using type = block_q8_0; };
 
 template <class X>
 concept legacy_x16_block = std::is_same_v<X, block_q4_0_x16> || std::is_same_v<X, block_q4_1_x16> ||
-                           std::is_same_v<X, block_q5_0_x16> || std::is_same_v<X, block_q5_1_x16>;
+                           std::is_same_v<X, block_q5_0_x16> || std::is_same_v<X, block_q5_1_x16> ||
+                           std::is_same_v<X, block_q8_0_x16>;
+
+namespace detail {
+/// Groups of 4 bytes in a legacy x16 block's qs: 4 of nibbles, 8 of q8_0's bytes.
+template <class X> inline constexpr int x16_groups = static_cast<int>(sizeof(X::qs) / (16 * 4));
+}  // namespace detail
 
 /// Rows [0, n_rows) of a q4_0 / q4_1 / q5_0 / q5_1 matrix (rows row_bytes
 /// apart, nb blocks each; 1 <= n_rows <= 16) as nb x16 blocks; the rows
@@ -80,7 +94,7 @@ inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n
                      X* out) noexcept {
   using B = typename x16_source<X>::type;
   detail::x16_pack::pack_blocks<B>(rows, row_bytes, n_rows, nb, out, [](const B& x, X& o, std::size_t r) {
-    for (int g = 0; g < 4; ++g) std::memcpy(o.qs[g][r], x.qs + 4 * g, 4);
+    for (int g = 0; g < detail::x16_groups<X>; ++g) std::memcpy(o.qs[g][r], x.qs + 4 * g, 4);
     o.d[r] = x.d;
     if constexpr (requires { x.m; }) o.m[r] = x.m;
     if constexpr (requires { x.qh; }) {
@@ -99,7 +113,7 @@ inline void pack_x16(const std::byte* rows, std::size_t row_bytes, std::size_t n
 template <legacy_x16_block X>
 inline void unpack_x16(const X* panel, std::size_t r, std::size_t nb, typename x16_source<X>::type* out) noexcept {
   for (std::size_t b = 0; b < nb; ++b) {
-    for (int g = 0; g < 4; ++g) std::memcpy(out[b].qs + 4 * g, panel[b].qs[g][r], 4);
+    for (int g = 0; g < detail::x16_groups<X>; ++g) std::memcpy(out[b].qs + 4 * g, panel[b].qs[g][r], 4);
     out[b].d = panel[b].d[r];
     if constexpr (requires { out[b].m; }) out[b].m = panel[b].m[r];
     if constexpr (requires { out[b].qh; }) {

@@ -1,4 +1,4 @@
-// kestrel/quant/legacy_x16_avx2.hpp: q4_0 (and q4_1, q5_0, q5_1) on AVX2
+// kestrel/quant/legacy_x16_avx2.hpp: q4_0 (and q4_1, q5_0, q5_1, q8_0) on AVX2
 // without AVX-512 VNNI through 16-row panels (quant/legacy_x16.hpp's
 // block_q4_0_x16, ...), read as the q4_K x16 kernel reads its blocks
 // (quant/kquant_x16_avx2.hpp). Every call on an x16 matrix (what
@@ -40,6 +40,14 @@
 // 35.4-35.8 (0.63-0.66 / 0.92-0.95), pp64 46.4-46.8 / 65.7-67.5. From 96
 // tokens on they go to the dequantizing float GEMM instead (cpu/matmul.hpp,
 // takes_dequant_gemm), which beat this kernel at pp512.
+// q8_0 takes it too (q8_sums: signed codes as the row-major kernel's
+// dot_s8s8, int32 per load, no code offset): 5 integer steps per 8 rows x 4
+// values and the scales' float steps per 8 rows, against the row-major
+// kernel's per-row scale steps. On Zen 3 the row-major q8_0 decode kernel
+// read 37-44 GB/s in L3 on 2 threads, little above DRAM (kestrel-bench-
+// kquant); kestrel-bench, 2 threads, 3 alternated rounds, t/s row-major /
+// x16: TinyLlama tg64 28.0-31.6 / 30.3-33.3, 110M tg128 272-282 /
+// 304-317, TinyLlama pp64 83.0-83.4 / 92.7-94.6.
 //
 // Bits: S = sum (v - 8) a over the block is exact, each block adds one
 // rounding: |result - exact| <= gamma_nb T, inside the tiles' bound; each
@@ -79,6 +87,31 @@ inline constexpr std::size_t prefetch_bytes = 576;
 /// The activation block of X's rows (q8_0, or q8_1 for the _1 types).
 template <class X> using act_t = activation_of_t<typename x16_source<X>::type>;
 
+/// q8_0's block: s[t][i][h] (lane r = row 8h + r of panel p[i]) = the exact
+/// int32 sum of that row's 32 products with token t. Signed by signed as
+/// the row-major kernel (legacy.hpp's dot_s8s8): |w| (128 for -128) against
+/// a carrying w's sign, a vpmaddubsw pair at most 2 * 128 * 127 = 32512,
+/// then vpmaddwd into int32 per load: two int16 sums could overflow.
+template <std::size_t NT, std::size_t NP, class Codes, class Acts>
+inline void q8_sums(Codes&& codes, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (std::size_t t = 0; t < NT; ++t)
+    for (std::size_t i = 0; i < NP; ++i) s[t][i][0] = s[t][i][1] = _mm256_setzero_si256();
+#pragma GCC unroll 8
+  for (int g = 0; g < 8; ++g) {
+    __m256i at[NT];
+    for (std::size_t t = 0; t < NT; ++t) at[t] = x16::bcast4(acts(t) + 4 * g);
+    for (std::size_t i = 0; i < NP; ++i)
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m256i w = x16::load8(codes(i, g) + 8 * h), aw = _mm256_sign_epi8(w, w);
+        for (std::size_t t = 0; t < NT; ++t)
+          s[t][i][h] = _mm256_add_epi32(
+              s[t][i][h], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(at[t], w)), ones));
+      }
+  }
+}
+
 /// acc[2 (NP t + i) + h] (lane r = row 8h + r of panel p[i]) = the dot of
 /// that row with token t < NT; a: the tokens' nb blocks each, stride apart;
 /// start[t * stride + b] = block_start of that block (-o times its codes'
@@ -92,6 +125,7 @@ inline void group(const X* const* p, const act_t<X>* a, const std::int32_t* star
                   std::size_t stride, __m256* acc) noexcept {
   using B = typename x16_source<X>::type;
   constexpr bool q5 = requires(const X& x) { x.qh; }, has_m = requires(const X& x) { x.m; };
+  constexpr bool q8 = std::is_same_v<X, block_q8_0_x16>;
   for (std::size_t k = 0; k < 2 * NT * NP; ++k) acc[k] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
   for (std::size_t b = 0; b < nb; ++b) {
@@ -102,10 +136,13 @@ inline void group(const X* const* p, const act_t<X>* a, const std::int32_t* star
     auto codes = [&](std::size_t i, int g) { return p[i][b].qs[g]; };
     auto acts = [&](std::size_t t) { return a[t * stride + b].qs; };
     // int16 sums of the block's products: s (q5: of loads 0 and 1 in s5,
-    // of loads 2 and 3 in s; x16::q5_sums), each to int32 below
+    // of loads 2 and 3 in s; x16::q5_sums), each to int32 below; q8_0's
+    // int32 sums in s (q8_sums)
     __m256i s[NT][NP][2];
     [[maybe_unused]] __m256i s5[q5 ? NT : 1][q5 ? NP : 1][2];
-    if constexpr (q5) {
+    if constexpr (q8) {
+      q8_sums<NT, NP>(codes, acts, s);
+    } else if constexpr (q5) {
       auto high = [&](std::size_t i) { return p[i][b].qh[0]; };
       x16::q5_sums<0, NT, NP>(codes, high, acts, s5);
       x16::q5_sums<2, NT, NP>(codes, high, acts, s);
@@ -118,9 +155,9 @@ inline void group(const X* const* p, const act_t<X>* a, const std::int32_t* star
         const __m256 d = x16::halfs(p[i][b].d + 8 * h);
         for (std::size_t t = 0; t < NT; ++t) {
           const act_t<X>& ab = a[t * stride + b];
-          __m256i St = _mm256_madd_epi16(s[t][i][h], ones);
+          __m256i St = q8 ? s[t][i][h] : _mm256_madd_epi16(s[t][i][h], ones);
           if constexpr (q5) St = _mm256_add_epi32(_mm256_madd_epi16(s5[t][i][h], ones), St);
-          if constexpr (code_offset<B> != 0) St = _mm256_add_epi32(St, _mm256_set1_epi32(start[t * stride + b]));
+          if constexpr (code_offset<B> != 0 && !q8) St = _mm256_add_epi32(St, _mm256_set1_epi32(start[t * stride + b]));
           const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(to_f32(ab.d)));
           __m256& c = acc[2 * (NP * t + i) + h];
           c = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(St), c);
