@@ -330,15 +330,17 @@ inline void x16_twin(std::size_t rows, std::size_t n_tokens, thread_pool* pool, 
 }
 
 #if defined(KESTREL_LEGACY_X16_AVX2)
-/// block_start<B> (-o times the codes' sum, o B's code offset) of the n
-/// activation blocks at a, into a per-thread buffer grown, never shrunk;
-/// valid until the thread's next call. nullptr for the _1 types (o = 0),
-/// whose kernel reads none.
-template <class B>
+/// The starts the legacy x16 kernel adds for layout X (-o times the codes'
+/// sum, o = quant::detail::q40x16::x16_offset<X>) of the n activation
+/// blocks at a, into a per-thread buffer grown, never shrunk; valid until
+/// the thread's next call. nullptr where o = 0 (the _1 types, q8_0), whose
+/// kernel reads none.
+template <class X, class B = typename quant::x16_source<X>::type>
 inline const std::int32_t* legacy_block_starts(const quant::activation_of_t<B>* a, std::size_t n) {
-  if constexpr (quant::code_offset<B> == 0) {
+  if constexpr (quant::detail::q40x16::x16_offset<X> == 0) {
     return nullptr;
   } else {
+    static_assert(quant::detail::q40x16::x16_offset<X> == quant::code_offset<B>);  // block_start's offset
     thread_local std::vector<std::int32_t> start;
     if (start.size() < n) start.resize(n);
     for (std::size_t i = 0; i < n; ++i) start[i] = quant::block_start<B>(a[i]);
@@ -355,7 +357,7 @@ inline void q4_0_packed_linear(const std::byte* base, std::size_t row_bytes, std
                                const quant::block_q8_0* a, std::size_t nb, std::size_t n_tokens, float* y,
                                thread_pool* pool) {
   namespace qx = quant::detail::q40x16;
-  const std::int32_t* bs = legacy_block_starts<quant::block_q4_0>(a, n_tokens * nb);
+  const std::int32_t* bs = legacy_block_starts<quant::block_q4_0_x16>(a, n_tokens * nb);
   x16_walk(rows, n_tokens, pool, n_tokens * rows * nb * 32, y, [&](std::size_t p, std::size_t n_rows, float* out) {
     thread_local std::vector<quant::block_q4_0_x16> panel;  // grown, never shrunk
     if (panel.size() < nb) panel.resize(nb);
@@ -388,8 +390,7 @@ inline void legacy_x16_linear(const weight_view& w, const float* x, std::size_t 
 #if defined(KESTREL_LEGACY_X16_AVX2)
   if (!reference) {
     namespace qx = quant::detail::q40x16;
-    // q8_0_x16's kernel takes signed codes (no offset, no starts)
-    const std::int32_t* bs = std::is_same_v<B, quant::block_q8_0> ? nullptr : legacy_block_starts<B>(a, n_tokens * nb);
+    const std::int32_t* bs = legacy_block_starts<X>(a, n_tokens * nb);
     x16_walk(
         rows, n_tokens, pool, work, y,
         [&](std::size_t p, std::size_t n_rows, float* out) {

@@ -87,6 +87,13 @@ inline constexpr std::size_t prefetch_bytes = 576;
 /// The activation block of X's rows (q8_0, or q8_1 for the _1 types).
 template <class X> using act_t = activation_of_t<typename x16_source<X>::type>;
 
+/// The code offset o the kernel takes off through the starts (-o sum(a) per
+/// block, cpu::detail::legacy_block_starts): the row-major type's, but 0
+/// for q8_0, whose codes the kernel takes signed (q8_sums) rather than as
+/// code_offset's value + 128 of the VNNI kernels.
+template <class X>
+inline constexpr int x16_offset = std::is_same_v<X, block_q8_0_x16> ? 0 : code_offset<typename x16_source<X>::type>;
+
 /// q8_0's block: s[t][i][h] (lane r = row 8h + r of panel p[i]) = the exact
 /// int32 sum of that row's 32 products with token t. Signed by signed as
 /// the row-major kernel (legacy.hpp's dot_s8s8): |w| (128 for -128) against
@@ -114,8 +121,8 @@ inline void q8_sums(Codes&& codes, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
 
 /// acc[2 (NP t + i) + h] (lane r = row 8h + r of panel p[i]) = the dot of
 /// that row with token t < NT; a: the tokens' nb blocks each, stride apart;
-/// start[t * stride + b] = block_start of that block (-o times its codes'
-/// sum, o the code offset; unread for the _1 types). Per block, as
+/// start[t * stride + b] = -o times that block's activation sum, o =
+/// x16_offset<X> (unread where o = 0: the _1 types and q8_0). Per block, as
 /// ref::dot_fused: y = fma(d_w d_a, float(S), y), then for the _1 types y =
 /// fma(m_w, s_a, y), with S exact. Every (row, token) runs the same
 /// instructions whatever NT and NP: the same bits alone, among other tokens
@@ -123,7 +130,6 @@ inline void q8_sums(Codes&& codes, Acts&& acts, __m256i (*s)[NP][2]) noexcept {
 template <legacy_x16_block X, std::size_t NT, std::size_t NP, bool Prefetch = false>
 inline void group(const X* const* p, const act_t<X>* a, const std::int32_t* start, std::size_t nb,
                   std::size_t stride, __m256* acc) noexcept {
-  using B = typename x16_source<X>::type;
   constexpr bool q5 = requires(const X& x) { x.qh; }, has_m = requires(const X& x) { x.m; };
   constexpr bool q8 = std::is_same_v<X, block_q8_0_x16>;
   for (std::size_t k = 0; k < 2 * NT * NP; ++k) acc[k] = _mm256_setzero_ps();
@@ -157,7 +163,7 @@ inline void group(const X* const* p, const act_t<X>* a, const std::int32_t* star
           const act_t<X>& ab = a[t * stride + b];
           __m256i St = q8 ? s[t][i][h] : _mm256_madd_epi16(s[t][i][h], ones);
           if constexpr (q5) St = _mm256_add_epi32(_mm256_madd_epi16(s5[t][i][h], ones), St);
-          if constexpr (code_offset<B> != 0 && !q8) St = _mm256_add_epi32(St, _mm256_set1_epi32(start[t * stride + b]));
+          if constexpr (x16_offset<X> != 0) St = _mm256_add_epi32(St, _mm256_set1_epi32(start[t * stride + b]));
           const __m256 dd = _mm256_mul_ps(d, _mm256_set1_ps(to_f32(ab.d)));
           __m256& c = acc[2 * (NP * t + i) + h];
           c = _mm256_fmadd_ps(dd, _mm256_cvtepi32_ps(St), c);
