@@ -13,11 +13,14 @@
 // type here. JSON fields type_k and type_v.
 //
 // --mmap 1 reads the weights in place in the file mapping (llama-bench's
-// default, weight_placement::file); 0, the default here as in the library,
-// copies them into huge pages when the model is built
-// (weight_placement::huge_pages, model/backend.hpp). Each test builds its
-// model; the build's time (the copy, if any) is `load_ns` in the JSON and
-// "load ms" in the table, and `use_mmap` says which placement ran.
+// default, weight_placement::file); 0 copies them into huge pages when the
+// model is built (weight_placement::huge_pages, model/backend.hpp); without
+// the flag, as in the library, the copy goes on only while it is fast
+// (weight_placement::automatic). Each test builds its model; the build's
+// time (the copy, if any) is `load_ns` in the JSON and "load ms" in the
+// table; `use_mmap` is true for --mmap 1, `weight_placement` names the
+// placement and `weights_copied_bytes` says how many of the matrices' bytes
+// were copied.
 //
 // The tests are llama-bench's: pp<P> prefills P tokens (the first BOS when
 // the vocabulary adds one, the rest random) into an empty cache; tg<N>
@@ -88,7 +91,8 @@ const char* usage =
     "  -r, --repetitions N     timed repetitions per test (default: 5)\n"
     "  -o, --output md|json|jsonl  (default: md)\n"
     "  -mmp, --mmap 0|1        1: weights read in place from the file mapping; 0: copied into\n"
-    "                          huge pages when the model is built (default: 0)\n"
+    "                          huge pages when the model is built (default: copied while the\n"
+    "                          copy is fast, else read in place: weight_placement::automatic)\n"
     "  -ctk, --cache-type-k T  KV cache element type, f16 or f32 (default: f16)\n"
     "  -ctv, --cache-type-v T  the same for values: equal to -ctk here\n"
     "  --no-warmup             skip the warm-up run\n";
@@ -607,10 +611,31 @@ struct result {
   double bound_ts = 0;
   std::uint64_t peak_rss = 0, kv_bytes = 0;
   bool use_mmap = false;
+  kestrel::weight_placement placement = kestrel::weight_placement::automatic;
+  std::uint64_t copied_bytes = 0;  // of the matrices, by prepare_weights
   std::string cache_type = "f16";
   std::uint64_t load_ns = 0;  // the model's construction (weights placed)
   std::vector<double> weights_gbps;  // tg: reads of the decode matrices between repetitions
 };
+
+const char* placement_name(kestrel::weight_placement p) {
+  switch (p) {
+    case kestrel::weight_placement::file: return "file";
+    case kestrel::weight_placement::huge_pages: return "huge_pages";
+    case kestrel::weight_placement::automatic: return "automatic";
+  }
+  return "?";
+}
+
+/// The table's note after "load ms": which placement ran, and for the
+/// automatic one how much it copied.
+std::string placement_note(const result& r) {
+  if (r.placement == kestrel::weight_placement::file) return " (mmap)";
+  if (r.placement == kestrel::weight_placement::huge_pages) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " (auto, %.0f MiB copied)", static_cast<double>(r.copied_bytes) / (1 << 20));
+  return buf;
+}
 
 struct printer {
   std::string format, commit;
@@ -672,7 +697,7 @@ struct printer {
                   static_cast<double>(r.facts.n_params) / 1e6, r.n_threads, test.c_str(), avg_ts, sd_ts, r.bound_ts,
                   ratio, gbps, static_cast<double>(r.peak_rss) / (1 << 20),
                   static_cast<double>(r.facts.file_size + r.kv_bytes) / (1 << 20), static_cast<double>(r.load_ns) / 1e6,
-                  r.use_mmap ? " (mmap)" : "");
+                  placement_note(r).c_str());
       std::fflush(stdout);
       return;
     }
@@ -685,14 +710,15 @@ struct printer {
         "\"test_time\": \"%s\", "
         "\"avg_ns\": %.0f, \"stddev_ns\": %.0f, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"bound_ts\": %.6f, "
         "\"bound_ratio\": %.4f, \"peak_rss_bytes\": %llu, \"file_size\": %llu, \"kv_cache_bytes\": %llu, "
-        "\"decode_bytes_per_token\": %llu, \"type_k\": \"%s\", \"type_v\": \"%s\", \"use_mmap\": %s, \"load_ns\": %llu, ",
+        "\"decode_bytes_per_token\": %llu, \"type_k\": \"%s\", \"type_v\": \"%s\", \"use_mmap\": %s, \"weight_placement\": \"%s\", "
+        "\"weights_copied_bytes\": %llu, \"load_ns\": %llu, ",
         commit.c_str(), json_string(r.model_filename).c_str(), json_string(r.facts.type).c_str(),
         static_cast<unsigned long long>(r.facts.size), static_cast<unsigned long long>(r.facts.n_params), r.n_threads,
         r.n_prompt, r.n_gen, r.n_depth, r.test_time.c_str(), std::floor(mean(ns)), std::floor(stddev(ns)), avg_ts, sd_ts,
         r.bound_ts, ratio, static_cast<unsigned long long>(r.peak_rss),
         static_cast<unsigned long long>(r.facts.file_size), static_cast<unsigned long long>(r.kv_bytes),
         static_cast<unsigned long long>(r.facts.decode_bytes), r.cache_type.c_str(), r.cache_type.c_str(),
-        r.use_mmap ? "true" : "false",
+        r.use_mmap ? "true" : "false", placement_name(r.placement), static_cast<unsigned long long>(r.copied_bytes),
         static_cast<unsigned long long>(r.load_ns));
     std::string weights;
     if (!r.weights_gbps.empty()) {
@@ -716,7 +742,8 @@ int main(int argc, char** argv) {
   std::vector<long> threads{static_cast<long>(std::max(1u, std::thread::hardware_concurrency()))};
   std::vector<long> prompts{512}, gens{128}, depths{0};
   long reps = 5;
-  bool warmup = true, use_mmap = false;
+  bool warmup = true;
+  kestrel::weight_placement placement = kestrel::weight_placement::automatic;
   std::string format = "md", type_k = "f16", type_v = "f16";
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
@@ -736,7 +763,9 @@ int main(int argc, char** argv) {
     else if (a == "-d" || a == "--n-depth") depths = numbers(a, value(), 0);
     else if (a == "-r" || a == "--repetitions") reps = kestrel::cli::parse_number<long>(a, value());
     else if (a == "-o" || a == "--output") format = std::string(value());
-    else if (a == "-mmp" || a == "--mmap") use_mmap = kestrel::cli::parse_number<long>(a, value()) != 0;
+    else if (a == "-mmp" || a == "--mmap")
+      placement = kestrel::cli::parse_number<long>(a, value()) != 0 ? kestrel::weight_placement::file
+                                                                     : kestrel::weight_placement::huge_pages;
     else if (a == "-ctk" || a == "--cache-type-k") type_k = std::string(value());
     else if (a == "-ctv" || a == "--cache-type-v") type_v = std::string(value());
     else if (a == "--no-warmup") warmup = false;
@@ -799,13 +828,13 @@ int main(int argc, char** argv) {
             const std::uint64_t kv_bytes_per_pos = 2ull * hp.n_layer * hp.kv_dim() * sizeof(kv_element);
             r.kv_bytes = kv_bytes_per_pos * n_ctx;
             reset_peak_rss();
-            r.use_mmap = use_mmap;
+            r.placement = placement;
+            r.use_mmap = placement == kestrel::weight_placement::file;
             const std::uint64_t t_load = now_ns();
             kestrel::llama_model<kestrel::dynamic_llama_config, kestrel::cpu_backend, Cache> model(
-                file.weights, n_ctx,
-                kestrel::cpu_backend(n_threads, use_mmap ? kestrel::weight_placement::file
-                                                         : kestrel::weight_placement::huge_pages));
+                file.weights, n_ctx, kestrel::cpu_backend(n_threads, placement));
             r.load_ns = now_ns() - t_load;
+            r.copied_bytes = model.weights().copied_bytes;
             // The first token of an empty cache is BOS where the vocabulary adds one.
             auto first_token = [&] { return add_bos && model.n_past() == 0 ? bos : random_token(); };
             std::vector<kestrel::token_id> depth(n_depth), prompt(n_prompt);

@@ -26,7 +26,8 @@ static const char* usage =
     "  -n N             tokens per reply (default 256)\n"
     "  --chat-template NAME  format turns as NAME (chatml, llama2, llama3, mistral, phi3, gemma,\n"
     "                   zephyr) instead of the model's tokenizer.chat_template\n"
-    "  --temp T --top-k K --top-p P --min-p P --seed S -t N -c N --mmap  as in kestrel-generate\n";
+    "  --temp T --top-k K --top-p P --min-p P --seed S -t N -c N --mmap --no-mmap\n"
+    "                   as in kestrel-generate\n";
 
 namespace {
 

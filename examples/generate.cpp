@@ -17,8 +17,9 @@ static const char* usage =
     "  --top-k K        (default 40, 0 = off)   --top-p P (default 0.95, 1 = off)\n"
     "  --min-p P        (default 0.05, 0 = off) --seed S (default random, printed)\n"
     "  -t N             threads (default: all)  -c N context length (default: the model's, at most 4096)\n"
-    "  --mmap           read the weights in place from the file mapping (default: copy them into huge pages,\n"
-    "                   faster decode, a longer load)\n";
+    "  --mmap           read the weights in place from the file mapping\n"
+    "  --no-mmap        copy them into huge pages (faster decode where the copy is fast, a longer load)\n"
+    "                   default: copy them while the copy runs fast, else read them in place\n";
 
 int main(int argc, char** argv) {
   auto opt = kestrel::cli::parse(argc, argv, usage);

@@ -17,7 +17,8 @@ int main(int argc, char** argv) try {
   }
   // 1. Load: the weights are viewed in the file's memory map (zero copy); the
   //    CPU backend below copies the matrices once into huge pages when the
-  //    model is built (weight_placement, model/backend.hpp).
+  //    model is built, where that copy runs fast (weight_placement,
+  //    model/backend.hpp).
   auto file = kestrel::load_model_file(argv[1]);
   const auto& tok = file.tokenizer;  // SentencePiece or byte-level BPE, as the file says
 

@@ -32,7 +32,9 @@ struct options {
   long long seed = -1;                 // --seed (-1: random, printed to stderr)
   long n_threads = 0;                  // -t (0: all hardware threads)
   long n_ctx = 0;                      // -c (0: the model's training context)
-  bool mmap = false;                   // --mmap: weights read in place (default: copied into huge pages)
+  // --mmap: weights read in place; --no-mmap: copied into huge pages;
+  // default: copied while the copy is fast (weight_placement::automatic)
+  weight_placement placement = weight_placement::automatic;
 };
 
 [[noreturn]] inline void die(const std::string& msg) {
@@ -61,8 +63,8 @@ inline options parse(int argc, char** argv, const char* usage,
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "-h" || a == "--help") help(0);
-    if (a == "--mmap") {
-      o.mmap = true;
+    if (a == "--mmap" || a == "--no-mmap") {
+      o.placement = a == "--mmap" ? weight_placement::file : weight_placement::huge_pages;
       continue;
     }
     auto value = [&]() -> std::string_view {
@@ -126,8 +128,7 @@ struct session {
         file(load_model_file(o.model, tokenizer_path(o))),
         tok(file.tokenizer),
         model(file.weights, static_cast<std::size_t>(o.n_ctx),
-              cpu_backend(static_cast<std::size_t>(o.n_threads),
-                          o.mmap ? weight_placement::file : weight_placement::huge_pages)) {}
+              cpu_backend(static_cast<std::size_t>(o.n_threads), o.placement)) {}
   sampler_chain sampler;
   model_file file;
   const any_tokenizer& tok;  // file.tokenizer

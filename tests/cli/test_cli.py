@@ -59,10 +59,12 @@ for model in (["-m", fx("gguf/stories260K.gguf")],
           f"rc={r.returncode} stdout={r.stdout[:120]!r} stderr={r.stderr[-300:]!r}")
     check("timings go to stderr", b"TTFT" in r.stderr and b"TTFT" not in r.stdout)
 
-# --mmap (weights read in place rather than copied into huge pages): the same text.
-r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "200", "--temp", "0", "-t", "2", "--mmap"])
-check("greedy 200 with --mmap", r.returncode == 0 and r.stdout.decode() == expected["test_all_greedy_200"],
-      f"rc={r.returncode} stdout={r.stdout[:120]!r} stderr={r.stderr[-300:]!r}")
+# --mmap (weights read in place) and --no-mmap (always copied into huge
+# pages; the default copies while the copy is fast): the same text.
+for flag in ("--mmap", "--no-mmap"):
+    r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "200", "--temp", "0", "-t", "2", flag])
+    check(f"greedy 200 with {flag}", r.returncode == 0 and r.stdout.decode() == expected["test_all_greedy_200"],
+          f"rc={r.returncode} stdout={r.stdout[:120]!r} stderr={r.stderr[-300:]!r}")
 
 # A prompt is echoed verbatim, then continued.
 prompt = "Once upon a time, there was a little girl named Lily."

@@ -349,6 +349,77 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
   }
 }
 
+TEST_CASE("weight_placement::automatic: past a slow probe the plain matrices stay in place, the relaid ones move") {
+  // Limits that decide after the first matrix copied: one no copy meets
+  // (every later plain matrix stays in the file) and one every copy meets
+  // (all move, as with huge_pages). Tied output, as above.
+  const copy_rate_limit never{.min_bytes_per_s = std::numeric_limits<double>::infinity(), .probe_bytes = 1};
+  const copy_rate_limit always{.min_bytes_per_s = 0, .probe_bytes = 1};
+  const auto hp = test::random_llama_shape();
+  auto tied = [&](dtype type, const char* name) {
+    auto mem = type == dtype::f16 ? test::random_llama(hp, dtype::f16, 11)
+                                  : test::quantized_copy(test::random_llama(hp, dtype::f32, 11), type);
+    mem.output = mem.token_embd;
+    const auto path = test::scratch_dir("placement") / name;
+    write_gguf(mem, path);
+    return load_gguf_weights(std::make_shared<const io::gguf_file>(path));
+  };
+  const llama_weights file = tied(dtype::f16, "auto_f16.gguf");
+  if (!transparent_huge_pages()) {
+    MESSAGE("this kernel offers no transparent huge pages: nothing is copied with any placement");
+    return;
+  }
+  std::size_t distinct_bytes = file.output.bytes();  // tied: the embeddings once
+  for (const auto& L : file.layers)
+    for (const weight_view* m : L.matrices()) distinct_bytes += m->bytes();
+
+  llama_weights slow = file;
+  cpu_backend(2, weight_placement::automatic, never).prepare_weights(slow);
+  const auto first = std::as_const(file.layers[0]).matrices()[0];
+  const auto moved_first = std::as_const(slow.layers[0]).matrices()[0];
+  CHECK(moved_first->data != first->data);  // the probe's matrix stays copied
+  CHECK(slow.copied_bytes == first->bytes());
+  for (std::size_t l = 0; l < hp.n_layer; ++l) {
+    const auto a = file.layers[l].matrices(), b = std::as_const(slow.layers[l]).matrices();
+    for (std::size_t m = l == 0 ? 1 : 0; m < a.size(); ++m) CHECK(b[m]->data == a[m]->data);
+  }
+  CHECK(slow.output.data == file.output.data);
+  CHECK(slow.token_embd.data == file.token_embd.data);  // its tied twin left in place with it
+
+  llama_weights fast = file;
+  cpu_backend(2, weight_placement::automatic, always).prepare_weights(fast);
+  CHECK(fast.copied_bytes == distinct_bytes);
+  CHECK(fast.output.data != file.output.data);
+  CHECK(fast.output.data == fast.token_embd.data);
+
+  // The same bits wherever the matrices are read from.
+  const auto seq = some_tokens(20, hp.n_vocab);
+  llama_model<> part(file, 64, cpu_backend(2, weight_placement::automatic, never));
+  llama_model<> in_place(file, 64, cpu_backend(2, weight_placement::file));
+  CHECK(part.prefill_all_logits(seq) == in_place.prefill_all_logits(seq));
+  for (token_id t : {token_id{3}, token_id{9}}) {
+    const auto a = part.decode(t), b = in_place.decode(t);
+    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  }
+
+#if defined(KESTREL_X16_KERNEL)
+  // A type interleaved at load moves past a slow probe too: its kernel needs
+  // the new layout, which only a copy gives.
+  const llama_weights q4k = tied(dtype::q4_k, "auto_q4_k.gguf");
+  llama_weights w = q4k;
+  cpu_backend(2, weight_placement::automatic, never).prepare_weights(w);
+  for (std::size_t l = 0; l < hp.n_layer; ++l) {
+    const auto a = q4k.layers[l].matrices(), b = std::as_const(w.layers[l]).matrices();
+    for (std::size_t m = 0; m < a.size(); ++m) {
+      CAPTURE(l);
+      CAPTURE(m);
+      if (a[m]->type == dtype::q4_k) CHECK(b[m]->type == dtype::q4_k_x16);
+      else if (l > 0 || m > 0) CHECK(b[m]->data == a[m]->data);  // another type (the shape's odd-sized rows): in place
+    }
+  }
+#endif
+}
+
 TEST_CASE("k-quant and q4_0 matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {
   // A q4_K (then the other k-quants and legacy types) model with the output
   // tied to the embeddings (so the embedding lookup reads the interleaved

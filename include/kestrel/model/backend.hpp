@@ -7,6 +7,7 @@
 #pragma once
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <memory>
@@ -30,7 +31,8 @@ namespace kestrel {
 
 /// Where cpu_backend reads a file's weight matrices from.
 enum class weight_placement {
-  /// In place in the file mapping: no copy, 4 KiB pages.
+  /// In place in the file mapping: no copy, 4 KiB pages, every matrix in
+  /// the file's layout.
   file,
   /// Copied once, when the model is built, into transparent huge pages
   /// (where the kernel offers them and the memory can be mapped; else as
@@ -38,21 +40,51 @@ enum class weight_placement {
   /// holds about the file's size, not twice it. Decode streams every matrix
   /// once per token, and with 4 KiB pages every 4 KiB of it is a TLB miss
   /// and a page walk.
-  /// Measured (kestrel-bench tg64 --mmap 1 / 0 alternated, 2 threads, 2
-  /// rounds; bench/README.md): TinyLlama shape q4_0 +12-13%, q8_0
-  /// +10-30%, Q4_K_M +4-26%, f16 +7%, f32 0-10%; the 110M shape within
+  /// Measured on Zen 4 (kestrel-bench tg64 --mmap 1 / 0 alternated, 2
+  /// threads, 2 rounds; bench/README.md): TinyLlama shape q4_0 +12-13%,
+  /// q8_0 +10-30%, Q4_K_M +4-26%, f16 +7%, f32 0-10%; the 110M shape within
   /// noise; prefill unchanged (compute-bound). The copy's cost is in the
-  /// model's construction: 0.2-5.5 s for TinyLlama's 0.6-4.4 GB here
+  /// model's construction: 0.2-5.5 s for TinyLlama's 0.6-4.4 GB there
   /// (kestrel-bench's load_ns).
   huge_pages,
+  /// As huge_pages while the copy runs at copy_rate_limit::min_bytes_per_s
+  /// or faster; from the first stretch of copy_rate_limit::probe_bytes that
+  /// ran slower on, the matrices that keep the file's layout stay in place,
+  /// as with `file` (those interleaved at load are still copied: their
+  /// kernels are the faster ones). The default.
+  /// Why: where fresh memory is slow to fault in, as in a virtual machine
+  /// whose host backs guest memory only when it is first touched, the copy
+  /// costs seconds and gains nothing. Measured on a Zen 3 KVM guest: 2 GiB
+  /// of fresh anonymous memory first touched in 14.3-14.6 s (huge pages) and
+  /// 37 s for 6000 MiB (4 KiB pages), 0.33 s when touched again at once;
+  /// TinyLlama f16 built in 8.4-9.9 s copied against 1 ms in place, and its
+  /// decode the same both ways (tg64, 2 alternated rounds: 12.83 / 12.75
+  /// and 13.48 / 13.53 t/s copied / in place).
+  automatic,
+};
+
+/// When weight_placement::automatic stops copying: the copy is timed in
+/// stretches of at least probe_bytes (whole matrices), and the first stretch
+/// slower than min_bytes_per_s leaves the rest in place. Every stretch, not
+/// the first alone: memory another process has just freed faults in fast,
+/// and fresh memory after it may not (the Zen 3 guest above copied
+/// TinyLlama f16's first 32 MiB fast, then the other 1.9 GiB in 10 s).
+/// 0.5 GB/s lies between the slowest copy measured where huge pages paid
+/// (Zen 4, TinyLlama f32's 4.4 GB in 5.5 s: 0.8 GB/s) and the fastest where
+/// they did not (the Zen 3 guest: 0.14-0.16 GB/s); 32 MiB is 16 huge pages,
+/// about 0.2 s there.
+struct copy_rate_limit {
+  double min_bytes_per_s = 0.5e9;
+  std::size_t probe_bytes = std::size_t{32} << 20;
 };
 
 /// The xsimd kernels of cpu/ on a persistent pool of `n_threads` threads
 /// (the caller's thread is one of them).
 class cpu_backend {
  public:
-  explicit cpu_backend(std::size_t n_threads = 1, weight_placement placement = weight_placement::huge_pages)
-      : pool_(std::make_unique<cpu::thread_pool>(n_threads)), placement_(placement) {}
+  explicit cpu_backend(std::size_t n_threads = 1, weight_placement placement = weight_placement::automatic,
+                       copy_rate_limit limit = {})
+      : pool_(std::make_unique<cpu::thread_pool>(n_threads)), placement_(placement), limit_(limit) {}
 
   void matvec(const weight_view& w, const float* x, float* y) { cpu::matvec(w, x, y, pool_.get()); }
   void matmul(const weight_view& w, const float* x, std::size_t n, float* y) { cpu::matmul(w, x, n, y, pool_.get()); }
@@ -100,8 +132,8 @@ class cpu_backend {
   void parallel_for(std::size_t n, F&& f, std::size_t work) { cpu::parallel_for(pool_.get(), n, std::forward<F>(f), work); }
   std::size_t n_threads() const noexcept { return pool_->size(); }
 
-  /// Optional (model/concepts.hpp): with weight_placement::huge_pages and
-  /// where the kernel offers transparent huge pages, copies every weight
+  /// Optional (model/concepts.hpp): with weight_placement::huge_pages or
+  /// automatic and where the kernel offers transparent huge pages, copies every weight
   /// matrix that lies in one of the weights' file mappings (w.mapped; a
   /// matrix shared by two views, as tied embeddings, once) into one
   /// huge_page_buffer and points the views at the copy, the threads
@@ -109,7 +141,10 @@ class cpu_backend {
   /// where they are. The norms and biases are copied to a plain buffer. The
   /// token embeddings stay in the mapping unless the output matrix is tied to
   /// them (decode reads one row); the mappings' pages are then all given
-  /// back and read again by 4 KiB pages (map_small_pages).
+  /// back and read again by 4 KiB pages (map_small_pages). With
+  /// weight_placement::automatic, a slow copy stops there (copy_rate_limit):
+  /// the matrices that keep their layout then stay in the mappings, which
+  /// are left as they are; w.copied_bytes says how much moved.
   /// With AVX-512 VNNI or AVX2, q4_K and q6_K matrices are not copied as they are
   /// but interleaved by 16 rows (dtype::q4_k_x16 / q6_k_x16,
   /// quant/kquant_x16.hpp; q4_K the same size, q6_K 1% larger), which
@@ -118,7 +153,7 @@ class cpu_backend {
   /// q8_0 matrices too (dtype::q2_k_x16, ...; quant/kquant_x16.hpp,
   /// quant/legacy_x16.hpp; the same size, q3_K 2% larger).
   void prepare_weights(llama_weights& w) {
-    if (placement_ != weight_placement::huge_pages || w.mapped.empty() || !transparent_huge_pages()) return;
+    if (placement_ == weight_placement::file || w.mapped.empty() || !transparent_huge_pages()) return;
     std::vector<weight_view*> views;
     for (auto& L : w.layers)
       for (weight_view* v : L.matrices()) views.push_back(v);
@@ -128,19 +163,21 @@ class cpu_backend {
     struct place {
       const std::byte* src = nullptr;  // null: nothing to place
       std::size_t offset = 0;          // in the copy
-      bool first = false;              // the view that copies it
+      std::size_t first = 0;           // index of the view that copies it (itself for the first)
       dtype type = dtype::f32;         // its type in the copy
+      bool moved = false;              // copied (set as the copy proceeds)
     };
     std::vector<place> where;
     std::size_t total = 0;
-    for (const weight_view* v : views) {
+    for (std::size_t i = 0; i < views.size(); ++i) {
+      const weight_view* v = views[i];
       const auto* src = static_cast<const std::byte*>(v->data);
-      const auto seen = std::find_if(where.begin(), where.end(), [&](const place& p) { return p.first && p.src == src; });
+      const auto seen = std::find_if(where.begin(), where.end(), [&](const place& p) { return p.src == src; });
       if (src == nullptr || v->bytes() == 0 || !w.in_mapping(src, v->bytes())) where.push_back({});
-      else if (seen != where.end()) where.push_back({src, seen->offset, false, seen->type});
+      else if (seen != where.end()) where.push_back(*seen);
       else {
         const dtype type = copy_type(*v);
-        where.push_back({src, total, true, type});
+        where.push_back({src, total, i, type});
         total += (weight_view{type, nullptr, v->rows, v->cols}.bytes() + 63) / 64 * 64;
       }
     }
@@ -151,17 +188,41 @@ class cpu_backend {
     } catch (const error&) {
       return;  // no memory to map: the weights stay where they are, as with weight_placement::file
     }
+    // weight_placement::automatic: the copy's rate over each stretch of
+    // probe_bytes decides whether the matrices that keep their layout go on
+    // following. Not its first stretch alone: memory another process has
+    // just freed faults in fast, fresh memory after it may not.
+    using clock = std::chrono::steady_clock;
+    const bool adaptive = placement_ == weight_placement::automatic;
+    bool copy_plain = true;
+    std::size_t copied = 0, stretch = 0;
+    auto stretch_start = clock::now();
     for (std::size_t i = 0; i < views.size(); ++i) {
-      const place& p = where[i];
+      place& p = where[i];
       if (p.src == nullptr) continue;
-      std::byte* const dst = copy->data() + p.offset;
-      if (p.first) {
-        if (p.type != views[i]->type) interleave(*views[i], dst);
+      const bool relayout = p.type != views[i]->type;
+      if (p.first == i) {
+        if (!relayout && !copy_plain) continue;  // stays in the file mapping
+        std::byte* const dst = copy->data() + p.offset;
+        if (relayout) interleave(*views[i], dst);
         else copy_matrix(p.src, views[i]->bytes(), dst);
+        p.moved = true;
+        copied += views[i]->bytes();
+        stretch += views[i]->bytes();
+        if (adaptive && copy_plain && stretch >= limit_.probe_bytes) {
+          const auto now = clock::now();
+          const double s = std::chrono::duration<double>(now - stretch_start).count();
+          copy_plain = static_cast<double>(stretch) >= limit_.min_bytes_per_s * s;
+          stretch = 0;
+          stretch_start = now;
+        }
+      } else if (!where[p.first].moved) {
+        continue;  // shares a matrix left in place
       }
-      views[i]->data = dst;
+      views[i]->data = copy->data() + p.offset;
       views[i]->type = p.type;
     }
+    w.copied_bytes = copied;
     // The norms and biases too, into a plain buffer: then nothing but the
     // token embeddings is read from the file after this, and the whole
     // mappings can be given back. Where the page cache holds the file in
@@ -193,6 +254,7 @@ class cpu_backend {
       at += n;
     }
     w.copy = std::move(moved);
+    if (!copy_plain) return;  // matrices left in the mappings are read from there
     // What stays in the mappings (the token embeddings, rope frequencies)
     // is read a row at a time: give every page back, and map what is read
     // again by small pages (core/mmap.hpp).
@@ -268,6 +330,7 @@ class cpu_backend {
 
   std::unique_ptr<cpu::thread_pool> pool_;  // behind a pointer so the backend can move into a model
   weight_placement placement_;
+  copy_rate_limit limit_;
 };
 
 /// The scalar twins of cpu/ref/, single-threaded: the reference the fast

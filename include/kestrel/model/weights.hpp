@@ -68,6 +68,7 @@ struct llama_weights {
   weight_view output;                // (n_vocab, n_embd); the same memory as token_embd when tied
   std::shared_ptr<const void> owner;  // keeps the file mapping alive
   std::shared_ptr<const void> copy;   // owns the matrices' copy when a backend moved them (prepare_weights)
+  std::size_t copied_bytes = 0;       // how many of the matrices' bytes (as in the file) prepare_weights copied
   /// The read-only private file mappings the views may point into (set by
   /// the loaders; empty for weights in memory). Pages inside them may be
   /// released (release_pages, core/mmap.hpp) and are then read back from the
