@@ -71,11 +71,13 @@ enum class weight_placement {
 /// TinyLlama f16's first 32 MiB fast, then the other 1.9 GiB in 10 s).
 /// 0.5 GB/s lies between the slowest copy measured where huge pages paid
 /// (Zen 4, TinyLlama f32's 4.4 GB in 5.5 s: 0.8 GB/s) and the fastest where
-/// they did not (the Zen 3 guest: 0.14-0.16 GB/s); 32 MiB is 16 huge pages,
-/// about 0.2 s there.
+/// they did not (the Zen 3 guest: 0.03-0.16 GB/s). 16 MiB is 8 huge pages,
+/// and one stretch of TinyLlama's first layer's matrices (wq, wk, wv, wo in
+/// f16; wq alone in f32): with 32 MiB the guest's f32 build took 1.2 s to
+/// stop copying, its first 36 MiB.
 struct copy_rate_limit {
   double min_bytes_per_s = 0.5e9;
-  std::size_t probe_bytes = std::size_t{32} << 20;
+  std::size_t probe_bytes = std::size_t{16} << 20;
 };
 
 /// The xsimd kernels of cpu/ on a persistent pool of `n_threads` threads

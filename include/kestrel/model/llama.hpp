@@ -86,7 +86,8 @@ class llama_model {
   const llama_hparams& hparams() const noexcept { return hp_; }
   /// The weights the model computes with: after the backend's
   /// prepare_weights, its views point where the backend placed the matrices
-  /// (a huge-page copy with cpu_backend's default placement).
+  /// (a huge-page copy with cpu_backend's default placement where the copy
+  /// ran fast, else the file mapping).
   const llama_weights& weights() const noexcept { return w_; }
   std::size_t n_ctx() const noexcept { return n_ctx_; }
   std::size_t n_vocab() const noexcept { return cfg_.n_vocab(); }

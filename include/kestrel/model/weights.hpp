@@ -5,7 +5,7 @@
 // mapping alive for as long as any copy of the weights exists. A backend may
 // move the matrices when a model is built (prepare_weights in
 // model/concepts.hpp: cpu_backend copies them into huge pages); `copy` then
-// owns where they went.
+// owns where they went, and copied_bytes says how much moved.
 #pragma once
 
 #include <array>
