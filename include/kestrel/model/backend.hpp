@@ -196,7 +196,7 @@ class cpu_backend {
     // just freed faults in fast, fresh memory after it may not.
     using clock = std::chrono::steady_clock;
     const bool adaptive = placement_ == weight_placement::automatic;
-    bool copy_plain = true;
+    bool copy_plain = true, left = false;  // left: a matrix stayed in a mapping
     std::size_t copied = 0, stretch = 0;
     auto stretch_start = clock::now();
     for (std::size_t i = 0; i < views.size(); ++i) {
@@ -204,7 +204,10 @@ class cpu_backend {
       if (p.src == nullptr) continue;
       const bool relayout = p.type != views[i]->type;
       if (p.first == i) {
-        if (!relayout && !copy_plain) continue;  // stays in the file mapping
+        if (!relayout && !copy_plain) {
+          left = true;  // stays in the file mapping
+          continue;
+        }
         std::byte* const dst = copy->data() + p.offset;
         if (relayout) interleave(*views[i], dst);
         else copy_matrix(p.src, views[i]->bytes(), dst);
@@ -256,7 +259,7 @@ class cpu_backend {
       at += n;
     }
     w.copy = std::move(moved);
-    if (!copy_plain) return;  // matrices left in the mappings are read from there
+    if (left) return;  // matrices left in the mappings are read from there
     // What stays in the mappings (the token embeddings, rope frequencies)
     // is read a row at a time: give every page back, and map what is read
     // again by small pages (core/mmap.hpp).
