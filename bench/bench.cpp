@@ -610,8 +610,7 @@ struct result {
   std::vector<double> samples_ts;
   double bound_ts = 0;
   std::uint64_t peak_rss = 0, kv_bytes = 0;
-  bool use_mmap = false;
-  kestrel::weight_placement placement = kestrel::weight_placement::automatic;
+  kestrel::weight_placement placement = kestrel::weight_placement::automatic;  // -mmp 1: file
   std::uint64_t copied_bytes = 0;  // of the matrices, by prepare_weights
   std::string cache_type = "f16";
   std::uint64_t load_ns = 0;  // the model's construction (weights placed)
@@ -718,7 +717,7 @@ struct printer {
         r.bound_ts, ratio, static_cast<unsigned long long>(r.peak_rss),
         static_cast<unsigned long long>(r.facts.file_size), static_cast<unsigned long long>(r.kv_bytes),
         static_cast<unsigned long long>(r.facts.decode_bytes), r.cache_type.c_str(), r.cache_type.c_str(),
-        r.use_mmap ? "true" : "false", placement_name(r.placement), static_cast<unsigned long long>(r.copied_bytes),
+        r.placement == kestrel::weight_placement::file ? "true" : "false", placement_name(r.placement), static_cast<unsigned long long>(r.copied_bytes),
         static_cast<unsigned long long>(r.load_ns));
     std::string weights;
     if (!r.weights_gbps.empty()) {
@@ -829,7 +828,6 @@ int main(int argc, char** argv) {
             r.kv_bytes = kv_bytes_per_pos * n_ctx;
             reset_peak_rss();
             r.placement = placement;
-            r.use_mmap = placement == kestrel::weight_placement::file;
             const std::uint64_t t_load = now_ns();
             kestrel::llama_model<kestrel::dynamic_llama_config, kestrel::cpu_backend, Cache> model(
                 file.weights, n_ctx, kestrel::cpu_backend(n_threads, placement));

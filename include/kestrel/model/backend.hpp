@@ -167,7 +167,6 @@ class cpu_backend {
       std::size_t offset = 0;          // in the copy
       std::size_t first = 0;           // index of the view that copies it (itself for the first)
       dtype type = dtype::f32;         // its type in the copy
-      bool moved = false;              // copied (set as the copy proceeds)
     };
     std::vector<place> where;
     std::size_t total = 0;
@@ -200,31 +199,31 @@ class cpu_backend {
     std::size_t copied = 0, stretch = 0;
     auto stretch_start = clock::now();
     for (std::size_t i = 0; i < views.size(); ++i) {
-      place& p = where[i];
+      const place& p = where[i];
       if (p.src == nullptr) continue;
-      const bool relayout = p.type != views[i]->type;
-      if (p.first == i) {
-        if (!relayout && !copy_plain) {
-          left = true;  // stays in the file mapping
-          continue;
-        }
-        std::byte* const dst = copy->data() + p.offset;
-        if (relayout) interleave(*views[i], dst);
-        else copy_matrix(p.src, views[i]->bytes(), dst);
-        p.moved = true;
-        copied += views[i]->bytes();
-        stretch += views[i]->bytes();
-        if (adaptive && copy_plain && stretch >= limit_.probe_bytes) {
-          const auto now = clock::now();
-          const double s = std::chrono::duration<double>(now - stretch_start).count();
-          copy_plain = static_cast<double>(stretch) >= limit_.min_bytes_per_s * s;
-          stretch = 0;
-          stretch_start = now;
-        }
-      } else if (!where[p.first].moved) {
-        continue;  // shares a matrix left in place
+      if (p.first != i) {  // a matrix an earlier view placed: this view follows it, copied or not
+        views[i]->data = views[p.first]->data;
+        views[i]->type = views[p.first]->type;
+        continue;
       }
-      views[i]->data = copy->data() + p.offset;
+      const bool relayout = p.type != views[i]->type;
+      if (!relayout && !copy_plain) {
+        left = true;  // stays in the file mapping
+        continue;
+      }
+      std::byte* const dst = copy->data() + p.offset;
+      if (relayout) interleave(*views[i], dst);
+      else copy_matrix(p.src, views[i]->bytes(), dst);
+      copied += views[i]->bytes();
+      stretch += views[i]->bytes();
+      if (adaptive && copy_plain && stretch >= limit_.probe_bytes) {
+        const auto now = clock::now();
+        const double s = std::chrono::duration<double>(now - stretch_start).count();
+        copy_plain = static_cast<double>(stretch) >= limit_.min_bytes_per_s * s;
+        stretch = 0;
+        stretch_start = now;
+      }
+      views[i]->data = dst;
       views[i]->type = p.type;
     }
     w.copied_bytes = copied;
