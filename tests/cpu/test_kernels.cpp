@@ -611,6 +611,51 @@ kestrel::weight_view quantized_weight(std::vector<B>& blocks, kestrel::dtype t, 
 
 }  // namespace
 
+TEST_CASE("cpu: matvec_fused quantizes x once only for matrices that take the same activation blocks") {
+  // q4_0 and q8_0 take q8_0 blocks, q4_1 q8_1 blocks, q4_K q8_K blocks, f16
+  // none: a region over a mix quantizes x per chunk for each (shared_acts
+  // gives null), one over q4_0 and q8_0 once. Either way each product is
+  // matvec's, bit for bit.
+  namespace q = kestrel::quant;
+  using kestrel::dtype;
+  CHECK(cpu::detail::same_activations(dtype::q4_0, dtype::q8_0));
+  CHECK(cpu::detail::same_activations(dtype::q4_0, dtype::q4_0_x16));
+  CHECK(cpu::detail::same_activations(dtype::q4_k, dtype::q6_k_x16));
+  CHECK_FALSE(cpu::detail::same_activations(dtype::q4_0, dtype::q4_1));
+  CHECK_FALSE(cpu::detail::same_activations(dtype::q8_0, dtype::q4_k));
+  const std::size_t cols = 256;
+  std::vector<q::block_q4_0> b40;
+  std::vector<q::block_q8_0> b80;
+  std::vector<q::block_q4_1> b41;
+  std::vector<q::block_q4_K> b4k;
+  kestrel::test::random_weight f16w(dtype::f16, 20, cols, 5);
+  const kestrel::weight_view w40 = quantized_weight(b40, dtype::q4_0, 36, cols, 1);
+  const kestrel::weight_view w80 = quantized_weight(b80, dtype::q8_0, 20, cols, 2);
+  const kestrel::weight_view w41 = quantized_weight(b41, dtype::q4_1, 24, cols, 3);
+  const kestrel::weight_view w4k = quantized_weight(b4k, dtype::q4_k, 28, cols, 4);
+  const auto x = random_floats(cols, 9, -2.0f, 2.0f);
+  const std::vector<std::vector<const kestrel::weight_view*>> regions = {
+      {&w40, &w80}, {&w40, &w41}, {&w40, &w4k, &w80}, {&w80, &f16w.view}, {&w4k, &w4k}};
+  cpu::thread_pool pool(2);
+  for (const auto& region : regions) {
+    const bool shared = region.size() == 2 && region[0]->type != dtype::f16 && region[1]->type != dtype::f16 &&
+                        cpu::detail::same_activations(region[0]->type, region[1]->type);
+    std::vector<std::vector<float>> want(region.size()), got(region.size());
+    std::vector<cpu::matvec_job> jobs;
+    for (std::size_t j = 0; j < region.size(); ++j) {
+      want[j].resize(region[j]->rows);
+      got[j].assign(region[j]->rows, -1.0f);
+      cpu::matvec(*region[j], x.data(), want[j].data(), nullptr);
+      jobs.push_back({region[j], got[j].data()});
+    }
+    INFO(kestrel::name_of(region[0]->type) << " + " << kestrel::name_of(region[1]->type) << " (" << region.size()
+                                           << " matrices)");
+    if (region.size() == 2) CHECK((cpu::detail::shared_acts(jobs, x.data()) != nullptr) == shared);
+    cpu::matvec_fused(jobs, x.data(), &pool);
+    for (std::size_t j = 0; j < region.size(); ++j) CHECK(got[j] == want[j]);
+  }
+}
+
 TEST_CASE("cpu: matvec_fused and matvec_swiglu == matvec per matrix (exact), every pool size") {
   // Fusing only changes which thread computes a row, never a row's sum:
   // a row's operations do not depend on the rows read beside it, so the

@@ -22,7 +22,17 @@ namespace kestrel::cpu {
 template <class T>
 inline void attend(const float* q, const T* k, const T* v, std::size_t n_kv, std::size_t head_dim,
                    std::size_t kv_stride, float scale, float* out, float* scratch) noexcept {
-  for (std::size_t t = 0; t < n_kv; ++t) scratch[t] = scale * detail::dot_any(k + t * kv_stride, q, head_dim);
+  // The keys 8 rows ahead, and each value row as its key is scored: read
+  // once per token, they come from memory. Measured (one thread, Zen 3, f16
+  // cache, head_dim 64, 12 layers x 12 heads, caches evicted before each
+  // token, medians of 200): 64 keys 298 -> 242 us, 128 keys 483 -> 405 us;
+  // in cache 83 -> 84 us. The values' hint is most of it.
+  constexpr std::size_t ahead = 8;
+  for (std::size_t t = 0; t < n_kv; ++t) {
+    if (t + ahead < n_kv) detail::prefetch_elements(k + (t + ahead) * kv_stride, head_dim);
+    detail::prefetch_elements(v + t * kv_stride, head_dim);
+    scratch[t] = scale * detail::dot_any(k + t * kv_stride, q, head_dim);
+  }
   softmax(scratch, n_kv);
 
   // out accumulates one v row at a time, a register-width strip of out per

@@ -332,6 +332,9 @@ inline void attend_block(const basic_attend_block_args<T>& a, float* scratch) no
   constexpr bool query_heads = false;
 #endif
   for (std::size_t t0 = 0; t0 < (query_heads ? 0 : n_keys); t0 += KT) {
+    if (a.nq == 1)  // decode: the tile's values, read after the softmax, come from memory (cpu/attend.hpp)
+      for (std::size_t t = t0; t < std::min(n_keys, t0 + KT); ++t)
+        detail::prefetch_elements(v + t * a.kv_stride, head_dim);
     detail::transpose_keys(k + t0 * a.kv_stride, a.kv_stride, std::min(KT, n_keys - t0), head_dim, kt);
     for (std::size_t r0 = 0; r0 < rows; r0 += RB) {
       const std::size_t R = std::min(RB, rows - r0);

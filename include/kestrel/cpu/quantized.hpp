@@ -377,14 +377,15 @@ inline void q4_0_packed_linear(const std::byte* base, std::size_t row_bytes, std
 /// reference, the scalar twin per (row, token).
 template <class X>
 inline void legacy_x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y,
-                              thread_pool* pool, bool reference) {
+                              thread_pool* pool, bool reference, const void* acts = nullptr) {
   using B = typename quant::x16_source<X>::type;
+  using A = quant::activation_of_t<B>;
   const std::size_t cols = w.cols, rows = w.rows, nb = cols / 32;
   if (nb == 0) {
     std::fill(y, y + n_tokens * rows, 0.0f);
     return;
   }
-  const auto* const a = quantize_activations<quant::activation_of_t<B>>(x, n_tokens, cols, pool, reference);
+  const A* const a = acts ? static_cast<const A*>(acts) : quantize_activations<A>(x, n_tokens, cols, pool, reference);
   const auto* const panels = static_cast<const X*>(w.data);
   const std::size_t work = n_tokens * rows * cols;
 #if defined(KESTREL_LEGACY_X16_AVX2)
@@ -421,13 +422,14 @@ inline void legacy_x16_linear(const weight_view& w, const float* x, std::size_t 
 /// either, and for the reference, the scalar twin per (row, token).
 template <class X>
 inline void x16_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
-                       bool reference) {
+                       bool reference, const void* acts = nullptr) {
   const std::size_t cols = w.cols, rows = w.rows, nb = cols / quant::qk_k;
   if (nb == 0) {
     std::fill(y, y + n_tokens * rows, 0.0f);
     return;
   }
-  const auto* const a = quantize_activations<quant::block_q8_K>(x, n_tokens, cols, pool, reference);
+  const auto* const a = acts ? static_cast<const quant::block_q8_K*>(acts)
+                             : quantize_activations<quant::block_q8_K>(x, n_tokens, cols, pool, reference);
   const auto* const panels = static_cast<const X*>(w.data);
   const std::size_t work = n_tokens * rows * cols;
   if constexpr (quant::x16_kernel<X>) {
@@ -469,9 +471,49 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
   });
 }
 
-/// Y(n_tokens, rows) = X(n_tokens, cols) W^T with W block-quantized.
+/// Calls f(std::type_identity<A>{}) with A the activation block type
+/// (q8_0, q8_1 or q8_K) that quantized weight type t's kernels take.
+template <class F>
+decltype(auto) visit_activation(dtype t, F&& f) {
+  const weight_view v{t, nullptr, 0, 0};
+  if (panel_rows(t) > 1)
+    return visit_x16(v, [&](const auto* panels) {
+      using X = std::remove_cv_t<std::remove_pointer_t<decltype(panels)>>;
+      return f(std::type_identity<typename activation_block<typename quant::x16_source<X>::type>::type>{});
+    });
+  return visit_quantized(v, [&](const auto* blocks) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
+    return f(std::type_identity<typename activation_block<B>::type>{});
+  });
+}
+
+/// Whether quantized weight types a and b take the same activation blocks,
+/// so one quantization of x serves both (quantize_for).
+inline bool same_activations(dtype a, dtype b) {
+  return visit_activation(a, [&]<class A>(std::type_identity<A>) {
+    return visit_activation(b, [&]<class A2>(std::type_identity<A2>) { return std::is_same_v<A, A2>; });
+  });
+}
+
+/// One token x (w.cols values) quantized as quantized_linear(w, x, 1, ...)
+/// would, into the calling thread's buffer (quantize_activations): the
+/// acts that quantized_linear then takes instead of quantizing x itself.
+/// A parallel region of several products of one x (matvec_fused,
+/// matvec_swiglu) quantizes it once on the calling thread, where each of
+/// its chunks quantized it again (8-10 chunks a region on 2 threads).
+/// Valid until this thread's next quantization of the same block type.
+inline const void* quantize_for(const weight_view& w, const float* x) {
+  if (w.cols % block_size(w.type) != 0) return nullptr;  // quantized_linear names the error
+  return visit_activation(w.type, [&]<class A>(std::type_identity<A>) -> const void* {
+    return quantize_activations<A>(x, 1, w.cols, nullptr, /*reference=*/false);
+  });
+}
+
+/// Y(n_tokens, rows) = X(n_tokens, cols) W^T with W block-quantized. acts:
+/// null, or x already quantized by quantize_for(w, x) (one token).
 inline void quantized_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
-                             bool reference) {
+                             bool reference, const void* acts = nullptr) {
+  if (acts && n_tokens != 1) throw invalid_argument("cpu: quantized activations given for more than one token");
   if (w.cols % block_size(w.type) != 0)
     throw invalid_argument("cpu: a " + std::string(name_of(w.type)) + " row of " + std::to_string(w.cols) +
                            " values is not a whole number of blocks");
@@ -479,9 +521,9 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
     return visit_x16(w, [&](const auto* panels) {
       using X = std::remove_cv_t<std::remove_pointer_t<decltype(panels)>>;
       if constexpr (quant::legacy_x16_block<X>)
-        legacy_x16_linear<X>(w, x, n_tokens, y, pool, reference);
+        legacy_x16_linear<X>(w, x, n_tokens, y, pool, reference, acts);
       else
-        x16_linear<X>(w, x, n_tokens, y, pool, reference);
+        x16_linear<X>(w, x, n_tokens, y, pool, reference, acts);
     });
   visit_quantized(w, [&](const auto* blocks) {
     using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
@@ -492,7 +534,7 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
       std::fill(y, y + n_tokens * w.rows, 0.0f);
       return;
     }
-    const A* a = quantize_activations<A>(x, n_tokens, cols, pool, reference);
+    const A* a = acts ? static_cast<const A*>(acts) : quantize_activations<A>(x, n_tokens, cols, pool, reference);
     const auto* base = static_cast<const std::byte*>(w.data);
     if constexpr (std::is_same_v<A, quant::block_q8_K>) {
 #if defined(KESTREL_KQUANT_PANEL)

@@ -74,14 +74,41 @@ class thread_pool {
 
   /// How many chunks parallel_for(n, f) splits [0, n) into: a few per
   /// thread, so a thread that the OS deschedules (2 cores shared with other
-  /// processes) holds up at most one small chunk while the others take the
-  /// rest, instead of a whole 1/size() share.
+  /// processes) holds up at most one chunk while the others take the rest,
+  /// instead of a whole 1/size() share. The chunks shrink (chunk_begin):
+  /// rounds(n) + 1 per thread.
   std::size_t chunk_count(std::size_t n) const noexcept {
-    return n_threads_ == 1 ? (n ? 1 : 0) : std::min(n, n_threads_ * chunks_per_thread);
+    if (n_threads_ == 1) return n ? 1 : 0;
+    if (n < n_threads_) return n;
+    return n_threads_ * (rounds(n) + 1);
   }
 
-  /// Splits [0, n) into chunk_count(n) contiguous chunks of near-equal
-  /// length and calls f(begin, end) once per chunk; the caller and the
+  /// Where chunk i (< chunk_count(n)) of [0, n) begins; chunk i ends where
+  /// chunk i + 1 begins (chunk_begin(chunk_count(n), n) = n). The schedule
+  /// is guided: chunks are claimed in order, round r of size() chunks each
+  /// of 2^-(r+1) of a thread's share, r < R = rounds(n), then a last round
+  /// the size of round R - 1's, so every thread's chunks sum to its share.
+  /// The last chunks are small: when one thread takes the last chunk, the
+  /// others wait at most its length, 1/2^(R+1) of a share (1/32 at R = 4)
+  /// where chunks of equal length (4 per thread) made them wait up to 1/4.
+  /// A decode matvec is tens of microseconds, so that wait was a few
+  /// percent of decode on 2 threads.
+  std::size_t chunk_begin(std::size_t i, std::size_t n) const noexcept {
+    const std::size_t t = n_threads_;
+    if (t == 1) return i == 0 ? 0 : n;  // one chunk, run inline
+    if (n < t) return std::min(i, n);
+    const std::size_t r_max = rounds(n), total = t * (r_max + 1);
+    if (i >= total) return n;
+    // In units of the last round's chunks: u = t << r_max in all.
+    const std::size_t r = i / t, j = i % t;
+    const std::size_t before = r < r_max ? t * ((std::size_t{1} << r_max) - (std::size_t{1} << (r_max - r))) +
+                                               j * (std::size_t{1} << (r_max - r - 1))
+                                         : t * ((std::size_t{1} << r_max) - 1) + j;
+    return before * n / (t << r_max);
+  }
+
+  /// Splits [0, n) into chunk_count(n) contiguous chunks, longest first
+  /// (chunk_begin), and calls f(begin, end) once per chunk; the caller and the
   /// workers claim chunks one at a time until none is left (a worker that
   /// has not woken up by then simply misses the call). Returns when all are
   /// done. The first exception thrown by f is rethrown here after every
@@ -145,10 +172,23 @@ class thread_pool {
   // than the gap between two kernels of a layer, short enough not to starve
   // other threads when the pool has more threads than cores.
   static constexpr int spin_iterations = 2000;
-  // Chunks per thread and call: 4 keeps the claiming cost (one contended
-  // compare-exchange per chunk, ~100 ns) small against a decode matvec
-  // (tens of microseconds) while bounding what a descheduled thread delays.
-  static constexpr std::size_t chunks_per_thread = 4;
+  // Halving rounds of the guided schedule (chunk_begin): at most
+  // max_rounds + 1 chunks per thread and call keeps the claiming cost (one
+  // contended compare-exchange per chunk, ~100 ns) small against a decode
+  // matvec (tens of microseconds).
+#ifndef KESTREL_POOL_MAX_ROUNDS
+  static constexpr std::size_t max_rounds = 4;
+#else
+  static constexpr std::size_t max_rounds = KESTREL_POOL_MAX_ROUNDS;
+#endif
+
+  /// The guided schedule's rounds for n items: the most, up to max_rounds,
+  /// that leave every chunk at least one item (size() << R <= n).
+  std::size_t rounds(std::size_t n) const noexcept {
+    std::size_t r = 0;
+    while (r < max_rounds && (n_threads_ << (r + 1)) <= n) ++r;
+    return r;
+  }
 
   static thread_pool*& current_pool() noexcept {
     thread_local thread_pool* pool = nullptr;
@@ -168,9 +208,8 @@ class thread_pool {
       const std::uint64_t total = (s >> 16) & 0xffff, next = s & 0xffff;
       if (next >= total) return;
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      // Chunk i is [i*n/total, (i+1)*n/total): lengths differ by at most one.
       const std::size_t n = job_n_;
-      const std::size_t b = next * n / total, e = (next + 1) * n / total;
+      const std::size_t b = chunk_begin(next, n), e = chunk_begin(next + 1, n);
       thread_pool* const outer = std::exchange(current_pool(), this);
       try {
         job_fn_(job_ctx_, b, e);
