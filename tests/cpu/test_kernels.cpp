@@ -503,7 +503,7 @@ TEST_CASE("cpu: attend_block == ref::attend per (query, head)") {
   // NaN, as does the scratch, so reading them would show.
   const float nan = std::numeric_limits<float>::quiet_NaN(), sentinel = 12345.0f;
   std::size_t cases = 0;
-  for (std::size_t head_dim : {8, 16, 40, 64, 80, 128}) {
+  for (std::size_t head_dim : {8, 16, 20, 40, 64, 80, 128}) {  // 20: a partial 8 x 8 block
     for (std::size_t group : {1, 2, 4, 5, 8}) {
       for (std::size_t nq : {1, 3, 17, 70}) {
         for (std::size_t pos0 : {0, 45}) {

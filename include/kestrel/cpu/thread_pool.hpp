@@ -7,10 +7,11 @@
 // a (function pointer, context) pair without allocating, workers spin briefly
 // for the next call (the next matvec usually follows within microseconds) and
 // then sleep on a condition variable so an idle pool costs no CPU. Each call
-// is cut into a few chunks per thread that the threads claim one at a time,
-// so on a shared machine a descheduled worker delays a call by at most one
-// chunk (or not at all when it has not yet claimed one) rather than by its
-// whole share; publishing a call and joining it take no lock unless a
+// is cut into a few chunks per thread, longest first, that the threads
+// claim one at a time, so on a shared machine a descheduled worker delays a
+// call by at most one chunk (or not at all when it has not yet claimed one)
+// rather than by its whole share, and the threads finish within a short
+// last chunk of each other (chunk_begin); publishing a call and joining it take no lock unless a
 // thread has gone to sleep.
 //
 // Contract: one parallel_for at a time per pool (the pool is not a queue):
@@ -89,10 +90,15 @@ class thread_pool {
   /// of 2^-(r+1) of a thread's share, r < R = rounds(n), then a last round
   /// the size of round R - 1's, so every thread's chunks sum to its share.
   /// The last chunks are small: when one thread takes the last chunk, the
-  /// others wait at most its length, 1/2^(R+1) of a share (1/32 at R = 4)
-  /// where chunks of equal length (4 per thread) made them wait up to 1/4.
-  /// A decode matvec is tens of microseconds, so that wait was a few
-  /// percent of decode on 2 threads.
+  /// others wait at most its length, 1/2^R of a share (1/16 at R = 4, 1/32
+  /// of the call on 2 threads), where chunks of equal length (4 per thread,
+  /// before) made them wait up to 1/4 of a share. A decode matvec is tens
+  /// of microseconds, so that wait was a few percent of decode on 2
+  /// threads. The price: a thread descheduled in its first chunk holds up
+  /// half a share instead of a quarter. Measured (Zen 3 guest, 2 threads,
+  /// 110M q4_0, per-token decode times alternated with the equal chunks,
+  /// with matvec_fused's single quantization, bench/README.md): median
+  /// token 0.93-0.98 of before.
   std::size_t chunk_begin(std::size_t i, std::size_t n) const noexcept {
     const std::size_t t = n_threads_;
     if (t == 1) return i == 0 ? 0 : n;  // one chunk, run inline
@@ -176,11 +182,7 @@ class thread_pool {
   // max_rounds + 1 chunks per thread and call keeps the claiming cost (one
   // contended compare-exchange per chunk, ~100 ns) small against a decode
   // matvec (tens of microseconds).
-#ifndef KESTREL_POOL_MAX_ROUNDS
   static constexpr std::size_t max_rounds = 4;
-#else
-  static constexpr std::size_t max_rounds = KESTREL_POOL_MAX_ROUNDS;
-#endif
 
   /// The guided schedule's rounds for n items: the most, up to max_rounds,
   /// that leave every chunk at least one item (size() << R <= n).
