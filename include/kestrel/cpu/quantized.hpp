@@ -380,6 +380,7 @@ inline void legacy_x16_linear(const weight_view& w, const float* x, std::size_t 
                               thread_pool* pool, bool reference, const void* acts = nullptr) {
   using B = typename quant::x16_source<X>::type;
   using A = quant::activation_of_t<B>;
+  static_assert(std::is_same_v<A, typename activation_block<B>::type>);  // what quantize_for gives (visit_activation)
   const std::size_t cols = w.cols, rows = w.rows, nb = cols / 32;
   if (nb == 0) {
     std::fill(y, y + n_tokens * rows, 0.0f);
