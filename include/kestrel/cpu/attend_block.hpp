@@ -28,6 +28,7 @@
 #include <utility>
 
 #include "kestrel/cpu/convert.hpp"
+#include "kestrel/cpu/prefetch.hpp"
 #include "kestrel/cpu/softmax.hpp"
 #include "kestrel/cpu/transpose.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"

@@ -44,17 +44,6 @@ inline simd::fbatch load_via_scalar(const T* p) noexcept {
   return simd::fbatch::load_aligned(tmp);
 }
 
-/// Asks for the cache lines of n elements at p ahead of their use (a hint:
-/// no effect on results). Decode's attention reads each cached key and
-/// value once per token, after the weights streamed between two layers
-/// have evicted them: without a hint the values' rows, read after the
-/// scores, each waited for memory (cpu/attend.hpp).
-template <class T>
-inline void prefetch_elements(const T* p, std::size_t n) noexcept {
-  const char* c = reinterpret_cast<const char*>(p);
-  for (std::size_t b = 0; b < n * sizeof(T); b += 64) __builtin_prefetch(c + b, 0, 3);
-}
-
 }  // namespace detail
 
 /// simd::width consecutive elements at p (no alignment needed) as floats.

@@ -45,6 +45,7 @@
 
 #include "kestrel/core/error.hpp"
 #include "kestrel/core/tensor.hpp"
+#include "kestrel/cpu/prefetch.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquant_x16.hpp"
@@ -235,9 +236,7 @@ inline void kquant_decode_rows(const std::byte* base, std::size_t row_bytes, std
   parallel_for(pool, rows, [&](std::size_t r0, std::size_t r1) {
     auto row = [&](std::size_t r) { return reinterpret_cast<const B*>(base + r * row_bytes); };
     auto prefetch = [&](std::size_t r) {
-      if (r >= r1) return;
-      const std::byte* p = base + r * row_bytes;
-      for (std::size_t off = 0; off < row_bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
+      if (r < r1) prefetch_elements(base + r * row_bytes, row_bytes);
     };
     const std::size_t half = (r1 - r0) / 2;
     for (std::size_t j = 0; j < half; ++j) {
