@@ -233,7 +233,9 @@ template <class B>
 void check_kquant_linear(dtype type) {
   cpu::thread_pool pool2(2), pool3(3);
   struct shape { std::size_t rows, cols; };
-  const shape shapes[] = {{1, 256}, {5, 512}, {17, 1024}, {64, 2048}, {33, 4096}, {3, 4096}};
+  // 48 and 160 rows: decode's pairs of panels (cpu::detail::decode_panels)
+  // with a lone whole panel left over, and five pairs split between threads
+  const shape shapes[] = {{1, 256}, {5, 512}, {17, 1024}, {64, 2048}, {33, 4096}, {3, 4096}, {48, 256}, {160, 256}};
   for (auto [rows, cols] : shapes)
     for (std::size_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 17, 33, 61, 100}) {
       if (n_tokens == 100 && rows * cols > 17 * 1024 && rows != 3) continue;  // AVX2's dequantizing GEMM
@@ -406,7 +408,9 @@ void check_x16_linear(dtype row_major, dtype interleaved) {
   using B = typename q::x16_source<X>::type;
   cpu::thread_pool pool2(2);
   struct shape { std::size_t rows, cols; };
-  const shape shapes[] = {{1, 256}, {5, 512}, {17, 1024}, {64, 2048}, {33, 4096}, {3, 4096}};
+  // 48 and 160 rows: decode's pairs of panels (cpu::detail::decode_panels)
+  // with a lone whole panel left over, and five pairs split between threads
+  const shape shapes[] = {{1, 256}, {5, 512}, {17, 1024}, {64, 2048}, {33, 4096}, {3, 4096}, {48, 256}, {160, 256}};
   for (auto [rows, cols] : shapes)
     for (std::size_t n_tokens : {1, 2, 3, 5, 8, 17, 33, 61, 100}) {
       if (n_tokens == 61 && rows != 3) continue;  // 61 x 4096: past a token tile; the twin's share kept quick
@@ -532,7 +536,8 @@ void check_legacy_linear(dtype type) {
   // 16-row panels (partial ones too); 70 rows x 4096 columns pass a tile of
   // panels (3 panels of 128 blocks in 256 KiB) and 45 tokens a tile of tokens
   // (40 tokens of 128 blocks).
-  const shape shapes[] = {{1, 32}, {5, 96}, {16, 512}, {17, 1024}, {33, 2048}, {70, 4096}};
+  // 48 and 160 rows: as check_x16_linear's
+  const shape shapes[] = {{1, 32}, {5, 96}, {16, 512}, {17, 1024}, {33, 2048}, {70, 4096}, {48, 64}, {160, 64}};
   for (auto [rows, cols] : shapes)
     for (std::size_t n_tokens : {1, 2, 3, 4, 5, 7, 8, 9, 13, 45, 100}) {
       if ((n_tokens == 45) != (rows == 70)) continue;  // keep the scalar twins' share quick
@@ -611,7 +616,8 @@ void check_legacy_x16_linear(dtype row_major, dtype interleaved) {
   using B = typename q::x16_source<X>::type;
   cpu::thread_pool pool2(2);
   struct shape { std::size_t rows, cols; };
-  const shape shapes[] = {{1, 32}, {5, 96}, {16, 512}, {17, 1024}, {33, 2048}, {70, 4096}};
+  // 48 and 160 rows: as check_x16_linear's
+  const shape shapes[] = {{1, 32}, {5, 96}, {16, 512}, {17, 1024}, {33, 2048}, {70, 4096}, {48, 64}, {160, 64}};
   for (auto [rows, cols] : shapes)
     for (std::size_t n_tokens : {1, 2, 3, 5, 8, 13, 45}) {
       if ((n_tokens == 45) != (rows == 70)) continue;  // keep the scalar twins' share quick

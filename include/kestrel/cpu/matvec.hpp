@@ -128,9 +128,12 @@ inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, 
 /// The granularity of the row split: parallel tasks hand out whole blocks of
 /// 4 rows (the quantized kernels' row group), so no thread but the last gets
 /// a ragged block; an interleaved type's whole panels (16 rows of
-/// q4_k_x16), which a thread cannot split.
+/// q4_k_x16), which a thread cannot split, in decode's pairs
+/// (decode_panels, cpu/quantized.hpp).
 inline constexpr std::size_t matvec_row_block = 4;
-inline constexpr std::size_t row_block(dtype t) noexcept { return std::max(matvec_row_block, panel_rows(t)); }
+inline constexpr std::size_t row_block(dtype t) noexcept {
+  return panel_rows(t) > 1 ? decode_panels * panel_rows(t) : matvec_row_block;
+}
 
 }  // namespace detail
 
@@ -234,7 +237,7 @@ inline void matvec_swiglu(const weight_view& gate, const weight_view& up, const 
                           thread_pool* pool) {
   require(gate.rows == up.rows && gate.cols == up.cols, "matvec_swiglu: gate and up differ in shape");
   const std::size_t rows = gate.rows;
-  // Row blocks whole for both (4 or 16 rows: the larger is a multiple of the other).
+  // Row blocks whole for both (4 or 32 rows: the larger is a multiple of the other).
   const std::size_t rb = std::max(detail::row_block(gate.type), detail::row_block(up.type));
   const matvec_job jobs[2] = {{&gate, h}, {&up, up_scratch}};
   const void* acts = detail::shared_acts(jobs, x);

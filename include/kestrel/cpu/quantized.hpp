@@ -299,21 +299,41 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
 /// The x16 layouts' walk over a matrix of rows rows (panels of 16): threads
 /// split the panels; tokens(p, n_rows, out) computes panel p's n_rows rows
 /// for every token into out = y + 16 p (token t's at t * rows). With pairs
-/// and one token, each thread's whole panels go first, two halves side by
-/// side: pairs(p, half, out) computes panels p + j and p + half + j, j <
-/// half, into out[16 j + r] and out[16 (half + j) + r] (two streams through
-/// memory for decode).
+/// and one token, threads split the whole panels in pairs (decode_panels),
+/// and each chunk's panels go two halves side by side: pairs(p, half, out)
+/// computes panels p + j and p + half + j, j < half, into out[16 j + r] and
+/// out[16 (half + j) + r] (two streams through memory for decode); a last
+/// odd or partial panel goes to tokens.
+/// Panels per unit of decode's split of an interleaved matrix between
+/// threads (x16_walk; matvec_fused and matvec_swiglu's row blocks,
+/// cpu/matvec.hpp): a pair, so that no chunk is left an odd panel to read
+/// alone. With single panels the guided chunks (thread_pool::chunk_begin)
+/// of a 768-row matrix were 12 12 6 6 3 3 1 2 1 2 panels, and the odd
+/// panels went through the one-stream path: 8.6% of the samples of a 110M
+/// q4_K decode harness (perf, Zen 3).
+inline constexpr std::size_t decode_panels = 2;
+
 template <class Tokens, class Pairs = std::nullptr_t>
 inline void x16_walk(std::size_t rows, std::size_t n_tokens, thread_pool* pool, std::size_t work, float* y,
                      Tokens&& tokens, Pairs&& pairs = nullptr) {
-  parallel_for(pool, (rows + 15) / 16, [&](std::size_t p0, std::size_t p1) {
-    if constexpr (!std::is_same_v<std::remove_cvref_t<Pairs>, std::nullptr_t>) {
-      if (n_tokens == 1) {
-        const std::size_t whole = std::min(p1, rows / 16), half = whole > p0 ? (whole - p0) / 2 : 0;
-        pairs(p0, half, y + 16 * p0);
-        p0 += 2 * half;
-      }
+  const std::size_t n_panels = (rows + 15) / 16;
+  if constexpr (!std::is_same_v<std::remove_cvref_t<Pairs>, std::nullptr_t>) {
+    if (n_tokens == 1) {
+      // Units: the whole pairs of panels, then each panel left over.
+      static_assert(decode_panels == 2);
+      const std::size_t n_pairs = rows / 16 / 2;
+      parallel_for(pool, n_pairs + (n_panels - 2 * n_pairs), [&](std::size_t u0, std::size_t u1) {
+        const std::size_t pu1 = std::min(u1, n_pairs);
+        if (u0 < pu1) pairs(2 * u0, pu1 - u0, y + 32 * u0);
+        for (std::size_t u = std::max(u0, n_pairs); u < u1; ++u) {
+          const std::size_t p = n_pairs + u;  // = 2 n_pairs + (u - n_pairs)
+          tokens(p, std::min<std::size_t>(16, rows - 16 * p), y + 16 * p);
+        }
+      }, work);
+      return;
     }
+  }
+  parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
     for (std::size_t p = p0; p < p1; ++p) tokens(p, std::min<std::size_t>(16, rows - 16 * p), y + 16 * p);
   }, work);
 }

@@ -193,6 +193,7 @@ inline void tokens(const X* p, std::size_t n_rows, const act_t<X>* a, const std:
 template <legacy_x16_block X>
 inline void pairs(const X* p, std::size_t half, const act_t<X>* a, const std::int32_t* start, std::size_t nb,
                   float* out) noexcept {
+  if (half) x16::prefetch_start(p, p + half * nb);
   for (std::size_t j = 0; j < half; ++j) {
     const X* const pp[2] = {p + j * nb, p + (half + j) * nb};
     __m256 acc[4];
