@@ -54,6 +54,48 @@ TEST_CASE("cpu: thread_pool covers every index exactly once") {
   }
 }
 
+TEST_CASE("cpu: thread_pool's rounds cap: 0 gives each thread its share; parallel_for(work) caps by min_chunk_work") {
+  for (std::size_t threads : {2, 3, 4}) {
+    cpu::thread_pool pool(threads);
+    for (std::size_t n : {7, 64, 1000}) {
+      for (std::size_t max_r : {0, 1, 2, 9}) {
+        std::mutex m;
+        std::vector<std::pair<std::size_t, std::size_t>> chunks;
+        pool.parallel_for(n, [&](std::size_t b, std::size_t e) {
+          std::lock_guard lock(m);
+          chunks.emplace_back(b, e);
+        }, max_r);
+        INFO("threads " << threads << " n " << n << " max_r " << max_r);
+        CHECK(chunks.size() == pool.chunk_count(n, max_r));
+        CHECK(chunks.size() <= threads * (std::min<std::size_t>(max_r, cpu::thread_pool::max_rounds) + 1));
+        std::sort(chunks.begin(), chunks.end());
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < chunks.size(); ++i) {
+          CHECK(chunks[i].first == at);
+          CHECK(chunks[i].first == pool.chunk_begin(i, n, max_r));
+          at = chunks[i].second;
+        }
+        CHECK(at == n);
+        if (max_r == 0)  // one chunk per thread, the shares as even as n allows
+          for (auto [b, e] : chunks) CHECK(e - b >= n / threads);
+      }
+    }
+  }
+  // The cap from the work: no last-round chunk below min_chunk_work, and
+  // never more than max_rounds.
+  using cpu::guided_rounds, cpu::min_chunk_work;
+  CHECK(guided_rounds(0, 2) == 0);
+  CHECK(guided_rounds(4 * min_chunk_work - 1, 2) == 0);
+  CHECK(guided_rounds(4 * min_chunk_work, 2) == 1);
+  CHECK(guided_rounds(32 * min_chunk_work, 2) == 4);
+  CHECK(guided_rounds(std::size_t{1} << 40, 2) == cpu::thread_pool::max_rounds);
+  for (std::size_t work = 1; work < (std::size_t{1} << 36); work *= 3) {
+    const std::size_t r = guided_rounds(work, 3);
+    if (r > 0) CHECK(work / (std::size_t{3} << r) >= min_chunk_work);
+    if (r < cpu::thread_pool::max_rounds) CHECK(work / (std::size_t{3} << (r + 1)) < min_chunk_work);
+  }
+}
+
 TEST_CASE("cpu: thread_pool survives many back-to-back calls") {
   for (std::size_t threads : {2, 3, 4}) {
     cpu::thread_pool pool(threads);

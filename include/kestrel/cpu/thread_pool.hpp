@@ -73,15 +73,21 @@ class thread_pool {
 
   std::size_t size() const noexcept { return n_threads_; }
 
+  /// Halving rounds of the guided schedule (chunk_begin): at most
+  /// max_rounds + 1 chunks per thread and call keeps the claiming cost (one
+  /// contended compare-exchange per chunk, ~100 ns) small against a decode
+  /// matvec (tens of microseconds).
+  static constexpr std::size_t max_rounds = 4;
+
   /// How many chunks parallel_for(n, f) splits [0, n) into: a few per
   /// thread, so a thread that the OS deschedules (2 cores shared with other
   /// processes) holds up at most one chunk while the others take the rest,
   /// instead of a whole 1/size() share. The chunks shrink (chunk_begin):
-  /// rounds(n) + 1 per thread.
-  std::size_t chunk_count(std::size_t n) const noexcept {
+  /// rounds(n, max_r) + 1 per thread.
+  std::size_t chunk_count(std::size_t n, std::size_t max_r = max_rounds) const noexcept {
     if (n_threads_ == 1) return n ? 1 : 0;
     if (n < n_threads_) return n;
-    return n_threads_ * (rounds(n) + 1);
+    return n_threads_ * (rounds(n, max_r) + 1);
   }
 
   /// Where chunk i (< chunk_count(n)) of [0, n) begins; chunk i ends where
@@ -99,29 +105,21 @@ class thread_pool {
   /// 110M q4_0, per-token decode times alternated with the equal chunks,
   /// with matvec_fused's single quantization, bench/README.md): median
   /// token 0.93-0.98 of before.
-  std::size_t chunk_begin(std::size_t i, std::size_t n) const noexcept {
-    const std::size_t t = n_threads_;
-    if (t == 1) return i == 0 ? 0 : n;  // one chunk, run inline
-    if (n < t) return std::min(i, n);
-    const std::size_t r_max = rounds(n), total = t * (r_max + 1);
-    if (i >= total) return n;
-    // In units of the last round's chunks: u = t << r_max in all.
-    const std::size_t r = i / t, j = i % t;
-    const std::size_t before = r < r_max ? t * ((std::size_t{1} << r_max) - (std::size_t{1} << (r_max - r))) +
-                                               j * (std::size_t{1} << (r_max - r - 1))
-                                         : t * ((std::size_t{1} << r_max) - 1) + j;
-    return before * n / (t << r_max);
+  /// max_r caps the rounds (parallel_for's argument; 0: one chunk per
+  /// thread, each its share).
+  std::size_t chunk_begin(std::size_t i, std::size_t n, std::size_t max_r = max_rounds) const noexcept {
+    return chunk_begin_in(i, n, rounds(n, max_r));
   }
 
-  /// Splits [0, n) into chunk_count(n) contiguous chunks, longest first
-  /// (chunk_begin), and calls f(begin, end) once per chunk; the caller and the
+  /// Splits [0, n) into chunk_count(n, max_r) contiguous chunks, longest
+  /// first (chunk_begin), and calls f(begin, end) once per chunk; the caller and the
   /// workers claim chunks one at a time until none is left (a worker that
   /// has not woken up by then simply misses the call). Returns when all are
   /// done. The first exception thrown by f is rethrown here after every
   /// chunk has finished. Throws invalid_argument, touching nothing, when
   /// another thread's call on this pool is running.
   template <class F>
-  void parallel_for(std::size_t n, F&& f) {
+  void parallel_for(std::size_t n, F&& f, std::size_t max_r = max_rounds) {
     if (n == 0) return;
     if (n_threads_ == 1 || n == 1 || current_pool() == this) {
       f(std::size_t{0}, n);
@@ -138,10 +136,11 @@ class thread_pool {
       ~release_busy() { busy.store(false, std::memory_order_release); }
     } const release{busy_};
     using fn_t = std::remove_reference_t<F>;
-    const std::uint64_t total = chunk_count(n);
+    const std::uint64_t total = chunk_count(n, max_r);
     job_fn_ = [](void* ctx, std::size_t b, std::size_t e) { (*static_cast<fn_t*>(ctx))(b, e); };
     job_ctx_ = const_cast<void*>(static_cast<const void*>(std::addressof(f)));
     job_n_ = n;
+    job_rounds_ = rounds(n, max_r);
     error_ = nullptr;
     done_chunks_.store(0, std::memory_order_relaxed);
     // Publishing the new generation (with its chunk count, next chunk 0)
@@ -178,18 +177,27 @@ class thread_pool {
   // than the gap between two kernels of a layer, short enough not to starve
   // other threads when the pool has more threads than cores.
   static constexpr int spin_iterations = 2000;
-  // Halving rounds of the guided schedule (chunk_begin): at most
-  // max_rounds + 1 chunks per thread and call keeps the claiming cost (one
-  // contended compare-exchange per chunk, ~100 ns) small against a decode
-  // matvec (tens of microseconds).
-  static constexpr std::size_t max_rounds = 4;
-
-  /// The guided schedule's rounds for n items: the most, up to max_rounds,
-  /// that leave every chunk at least one item (size() << R <= n).
-  std::size_t rounds(std::size_t n) const noexcept {
+  /// The guided schedule's rounds for n items: the most, up to max_r (and
+  /// max_rounds), that leave every chunk at least one item (size() << R <= n).
+  std::size_t rounds(std::size_t n, std::size_t max_r = max_rounds) const noexcept {
     std::size_t r = 0;
-    while (r < max_rounds && (n_threads_ << (r + 1)) <= n) ++r;
+    while (r < std::min(max_r, max_rounds) && (n_threads_ << (r + 1)) <= n) ++r;
     return r;
+  }
+
+  /// chunk_begin with the rounds given (r_max = rounds(n, max_r)).
+  std::size_t chunk_begin_in(std::size_t i, std::size_t n, std::size_t r_max) const noexcept {
+    const std::size_t t = n_threads_;
+    if (t == 1) return i == 0 ? 0 : n;  // one chunk, run inline
+    if (n < t) return std::min(i, n);
+    const std::size_t total = t * (r_max + 1);
+    if (i >= total) return n;
+    // In units of the last round's chunks: u = t << r_max in all.
+    const std::size_t r = i / t, j = i % t;
+    const std::size_t before = r < r_max ? t * ((std::size_t{1} << r_max) - (std::size_t{1} << (r_max - r))) +
+                                               j * (std::size_t{1} << (r_max - r - 1))
+                                         : t * ((std::size_t{1} << r_max) - 1) + j;
+    return before * n / (t << r_max);
   }
 
   static thread_pool*& current_pool() noexcept {
@@ -210,8 +218,8 @@ class thread_pool {
       const std::uint64_t total = (s >> 16) & 0xffff, next = s & 0xffff;
       if (next >= total) return;
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      const std::size_t n = job_n_;
-      const std::size_t b = chunk_begin(next, n), e = chunk_begin(next + 1, n);
+      const std::size_t n = job_n_, r = job_rounds_;
+      const std::size_t b = chunk_begin_in(next, n, r), e = chunk_begin_in(next + 1, n, r);
       thread_pool* const outer = std::exchange(current_pool(), this);
       try {
         job_fn_(job_ctx_, b, e);
@@ -277,6 +285,7 @@ class thread_pool {
   void (*job_fn_)(void*, std::size_t, std::size_t) = nullptr;
   void* job_ctx_ = nullptr;
   std::size_t job_n_ = 0;
+  std::size_t job_rounds_ = 0;  // rounds(job_n_, the call's max_r)
 
   std::uint32_t generation_ = 0;        // the current call's number; written by the caller only
   std::atomic<std::uint64_t> state_{0};  // (generation << 32 | chunks << 16 | next chunk to claim)
@@ -305,13 +314,41 @@ class thread_pool {
 /// the 32K-element classifier woke the sleeping worker once per token.)
 inline constexpr std::size_t min_parallel_work = std::size_t{1} << 16;
 
+/// The least work (multiply-adds) of a last-round chunk that
+/// parallel_for(pool, n, f, work) lets the guided schedule make: the
+/// rounds stop before the chunks get smaller (guided_rounds). Each chunk
+/// starts its reads of memory afresh (decode's kernels: two streams per
+/// thread, cold), so a small region pays for many chunks more than it
+/// gains in balance. Measured (Zen 3 guest, 2 threads, a /tmp version of
+/// bench/ab_decode.sh with an f32 KV cache, 110M Q4_K_M, median token time over one chunk per thread /
+/// guided with 4 rounds): every region at 0 rounds 0.963 [0.905, 0.997],
+/// at 1 round 0.970, at 2 rounds 0.982 (122 rounds); TinyLlama Q4_K_M
+/// 1.007 [0.962, 1.057] at 0 rounds, 1.011 at 1 (50 rounds): its matrices
+/// are 4-50 times larger. With 2^20, the 110M regions of q, k, v and o,
+/// gate and up, and down (0.6-3.1 M) take 0 rounds and its output matrix
+/// (24.6 M) 3; TinyLlama's take 1-4; prefill keeps 4. This cap against
+/// 4 rounds everywhere, 110M Q4_K_M: 0.977 [0.921, 1.037] (216 rounds,
+/// beside 0 rounds everywhere at 0.981), and 0.988 [0.942, 1.045] with an
+/// f16 cache (bench/ab_decode.sh, 204 rounds).
+inline constexpr std::size_t min_chunk_work = std::size_t{1} << 20;
+
+/// The rounds (thread_pool::chunk_begin) for `work` on n_threads: the
+/// most, up to thread_pool::max_rounds, whose last chunks (1 / (n_threads
+/// 2^R) of the work) hold min_chunk_work or more.
+inline constexpr std::size_t guided_rounds(std::size_t work, std::size_t n_threads) noexcept {
+  std::size_t r = 0;
+  while (r < thread_pool::max_rounds && work / (n_threads << (r + 1)) >= min_chunk_work) ++r;
+  return r;
+}
+
 /// Runs f(0, n) on the pool, or inline when pool is null or `work` (in
-/// multiply-adds, or any comparable unit) is below min_parallel_work.
+/// multiply-adds, or any comparable unit) is below min_parallel_work; the
+/// pool's chunks no smaller than min_chunk_work (guided_rounds).
 template <class F>
 inline void parallel_for(thread_pool* pool, std::size_t n, F&& f, std::size_t work) {
   if (work < min_parallel_work) pool = nullptr;
   if (pool)
-    pool->parallel_for(n, std::forward<F>(f));
+    pool->parallel_for(n, std::forward<F>(f), guided_rounds(work, pool->size()));
   else if (n)
     f(std::size_t{0}, n);
 }
