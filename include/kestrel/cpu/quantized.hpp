@@ -296,14 +296,6 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
   return acts;
 }
 
-/// The x16 layouts' walk over a matrix of rows rows (panels of 16): threads
-/// split the panels; tokens(p, n_rows, out) computes panel p's n_rows rows
-/// for every token into out = y + 16 p (token t's at t * rows). With pairs
-/// and one token, threads split the whole panels in pairs (decode_panels),
-/// and each chunk's panels go two halves side by side: pairs(p, half, out)
-/// computes panels p + j and p + half + j, j < half, into out[16 j + r] and
-/// out[16 (half + j) + r] (two streams through memory for decode); a last
-/// odd or partial panel goes to tokens.
 /// Panels per unit of decode's split of an interleaved matrix between
 /// threads (x16_walk; matvec_fused and matvec_swiglu's row blocks,
 /// cpu/matvec.hpp): a pair, so that no chunk is left an odd panel to read
@@ -313,6 +305,14 @@ inline const A* quantize_activations(const float* x, std::size_t n_tokens, std::
 /// q4_K decode harness (perf, Zen 3).
 inline constexpr std::size_t decode_panels = 2;
 
+/// The x16 layouts' walk over a matrix of rows rows (panels of 16): threads
+/// split the panels; tokens(p, n_rows, out) computes panel p's n_rows rows
+/// for every token into out = y + 16 p (token t's at t * rows). With pairs
+/// and one token, threads split the whole panels in pairs (decode_panels),
+/// and each chunk's panels go two halves side by side: pairs(p, half, out)
+/// computes panels p + j and p + half + j, j < half, into out[16 j + r] and
+/// out[16 (half + j) + r] (two streams through memory for decode); a last
+/// odd or partial panel goes to tokens.
 template <class Tokens, class Pairs = std::nullptr_t>
 inline void x16_walk(std::size_t rows, std::size_t n_tokens, thread_pool* pool, std::size_t work, float* y,
                      Tokens&& tokens, Pairs&& pairs = nullptr) {

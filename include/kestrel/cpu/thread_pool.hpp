@@ -85,9 +85,7 @@ class thread_pool {
   /// instead of a whole 1/size() share. The chunks shrink (chunk_begin):
   /// rounds(n, max_r) + 1 per thread.
   std::size_t chunk_count(std::size_t n, std::size_t max_r = max_rounds) const noexcept {
-    if (n_threads_ == 1) return n ? 1 : 0;
-    if (n < n_threads_) return n;
-    return n_threads_ * (rounds(n, max_r) + 1);
+    return chunk_count_in(n, rounds(n, max_r));
   }
 
   /// Where chunk i (< chunk_count(n)) of [0, n) begins; chunk i ends where
@@ -136,11 +134,12 @@ class thread_pool {
       ~release_busy() { busy.store(false, std::memory_order_release); }
     } const release{busy_};
     using fn_t = std::remove_reference_t<F>;
-    const std::uint64_t total = chunk_count(n, max_r);
+    const std::size_t r = rounds(n, max_r);
+    const std::uint64_t total = chunk_count_in(n, r);
     job_fn_ = [](void* ctx, std::size_t b, std::size_t e) { (*static_cast<fn_t*>(ctx))(b, e); };
     job_ctx_ = const_cast<void*>(static_cast<const void*>(std::addressof(f)));
     job_n_ = n;
-    job_rounds_ = rounds(n, max_r);
+    job_rounds_ = r;
     error_ = nullptr;
     done_chunks_.store(0, std::memory_order_relaxed);
     // Publishing the new generation (with its chunk count, next chunk 0)
@@ -185,7 +184,12 @@ class thread_pool {
     return r;
   }
 
-  /// chunk_begin with the rounds given (r_max = rounds(n, max_r)).
+  /// chunk_count and chunk_begin with the rounds given (r_max = rounds(n, max_r)).
+  std::size_t chunk_count_in(std::size_t n, std::size_t r_max) const noexcept {
+    if (n_threads_ == 1) return n ? 1 : 0;
+    if (n < n_threads_) return n;
+    return n_threads_ * (r_max + 1);
+  }
   std::size_t chunk_begin_in(std::size_t i, std::size_t n, std::size_t r_max) const noexcept {
     const std::size_t t = n_threads_;
     if (t == 1) return i == 0 ? 0 : n;  // one chunk, run inline
@@ -320,8 +324,8 @@ inline constexpr std::size_t min_parallel_work = std::size_t{1} << 16;
 /// starts its reads of memory afresh (decode's kernels: two streams per
 /// thread, cold), so a small region pays for many chunks more than it
 /// gains in balance. Measured (Zen 3 guest, 2 threads, a /tmp version of
-/// bench/ab_decode.sh with an f32 KV cache, 110M Q4_K_M, median token time over one chunk per thread /
-/// guided with 4 rounds): every region at 0 rounds 0.963 [0.905, 0.997],
+/// bench/ab_decode.sh with an f32 KV cache, 110M Q4_K_M, median token
+/// time over one chunk per thread / guided with 4 rounds): every region at 0 rounds 0.963 [0.905, 0.997],
 /// at 1 round 0.970, at 2 rounds 0.982 (122 rounds); TinyLlama Q4_K_M
 /// 1.007 [0.962, 1.057] at 0 rounds, 1.011 at 1 (50 rounds): its matrices
 /// are 4-50 times larger. With 2^20, the 110M regions of q, k, v and o,

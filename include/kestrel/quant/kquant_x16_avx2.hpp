@@ -550,8 +550,8 @@ inline void store_panel(const __m256* acc, std::size_t n_rows, float* o) noexcep
 
 /// The first start_bytes of decode's two streams, asked for at once when a
 /// thread takes a chunk of panels (x16_pairs, q40x16::pairs): each chunk
-/// starts two streams cold, a few chunks per thread and matrix
-/// (thread_pool's guided chunks), and the stride prefetch above covers
+/// starts two streams cold, one to five chunks per thread and matrix
+/// (thread_pool's guided chunks, cpu::guided_rounds), and the stride prefetch above covers
 /// only what lies 576 bytes ahead of the kernel. Measured (Zen 3 guest, 2
 /// threads, q4_K x16 decode over 160 MB of copies, alternated in one
 /// process, GB/s ratio with / without): 768 x 768 1.076, 2048 x 768 1.060.
