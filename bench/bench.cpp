@@ -36,7 +36,8 @@
 // read bandwidth / those bytes (the cache's at the test's mean position).
 // The read bandwidth is that of the weights themselves: streaming reads of
 // the decode matrices where the model placed them, each thread's share as
-// two streams side by side (as decode reads its rows), two before the first
+// two streams side by side (as decode reads its rows; eight on Intel with
+// AVX-512, cpu/streaming.hpp, where decode reads eight), two before the first
 // repetition and two after each (untimed; median; JSON weights_gbps and
 // samples_weights_gbps, table column "weights GB/s"). The 1 GiB probe's
 // fresh buffer reads at 28 to 54 GB/s on this shared host depending on where
@@ -75,6 +76,7 @@
 #include "../examples/common/cli.hpp"
 #include "common.hpp"
 #include "build_info.h"
+#include "kestrel/cpu/streaming.hpp"
 #include "kestrel/quant/mix.hpp"
 
 namespace {
@@ -299,34 +301,75 @@ byte_runs slice_runs(const byte_runs& runs, std::size_t lo, std::size_t hi) {
   return out;
 }
 
-/// The streaming read of one thread's share: its two halves x and y side by
-/// side (sum_pair), whatever is left of the longer one alone.
-float read_halves(const byte_runs& x, const byte_runs& y) {
+/// Sums of the n bytes at each of p[0 .. k), read side by side, 128 bytes
+/// of each in turn (k streams of loads, as decode's row_streams::wide walks
+/// 8 rows at once).
+__attribute__((target("avx512f"))) float sum_streams_avx512(const std::byte* const* p, std::size_t k, std::size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0;
+  std::size_t i = 0;
+  for (; i + 128 <= n; i += 128)
+    for (std::size_t s = 0; s < k; ++s) {
+      a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p[s] + i));
+      a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p[s] + i + 64));
+    }
+  float tail = 0;
+  for (; i < n; ++i)
+    for (std::size_t s = 0; s < k; ++s) tail += static_cast<float>(p[s][i]);
+  return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + tail;
+}
+
+/// The streaming read of one thread's share: its k parts side by side
+/// (sum_pair for two, sum_streams_avx512 for more) while all have bytes
+/// left, then whatever is left of each part alone.
+float read_parts(const std::vector<byte_runs>& parts) {
+  const std::size_t k = parts.size();
   float acc = 0;
-  std::size_t i = 0, j = 0, oi = 0, oj = 0;  // run index and offset in each half
-  while (i < x.size() && j < y.size()) {
-    const std::size_t n = std::min(x[i].size() - oi, y[j].size() - oj);
-    acc += sum_pair(x[i].data() + oi, y[j].data() + oj, n);
-    if ((oi += n) == x[i].size()) ++i, oi = 0;
-    if ((oj += n) == y[j].size()) ++j, oj = 0;
+  std::vector<std::size_t> run(k, 0), off(k, 0);  // run index and offset in each part
+  std::vector<const std::byte*> at(k);
+  auto live = [&] {
+    for (std::size_t s = 0; s < k; ++s)
+      if (run[s] >= parts[s].size()) return false;
+    return true;
+  };
+  while (k > 0 && live()) {
+    std::size_t n = SIZE_MAX;
+    for (std::size_t s = 0; s < k; ++s) {
+      n = std::min(n, parts[s][run[s]].size() - off[s]);
+      at[s] = parts[s][run[s]].data() + off[s];
+    }
+    if (k == 2) acc += sum_pair(at[0], at[1], n);
+    else if (has_avx512()) acc += sum_streams_avx512(at.data(), k, n);
+    else
+      for (std::size_t s = 0; s < k; ++s) acc += sum_bytes(at[s], n);
+    for (std::size_t s = 0; s < k; ++s)
+      if ((off[s] += n) == parts[s][run[s]].size()) ++run[s], off[s] = 0;
   }
-  for (; i < x.size(); ++i, oi = 0) acc += sum_bytes(x[i].data() + oi, x[i].size() - oi);
-  for (; j < y.size(); ++j, oj = 0) acc += sum_bytes(y[j].data() + oj, y[j].size() - oj);
+  for (std::size_t s = 0; s < k; ++s)
+    for (; run[s] < parts[s].size(); ++run[s], off[s] = 0)
+      acc += sum_bytes(parts[s][run[s]].data() + off[s], parts[s][run[s]].size() - off[s]);
   return acc;
 }
 
-/// Each thread's share of the runs laid end to end, split into the two
-/// halves read_halves reads side by side.
-std::vector<std::pair<byte_runs, byte_runs>> thread_halves(const byte_runs& runs, std::size_t n_threads) {
+/// Each thread's share of the runs laid end to end, split into the k parts
+/// read_parts reads side by side.
+std::vector<std::vector<byte_runs>> thread_parts(const byte_runs& runs, std::size_t n_threads, std::size_t k) {
   std::size_t total = 0;
   for (const auto& m : runs) total += m.size();
   const std::size_t share = (total + n_threads - 1) / n_threads;
-  std::vector<std::pair<byte_runs, byte_runs>> out;
+  std::vector<std::vector<byte_runs>> out(n_threads);
   for (std::size_t t = 0; t < n_threads; ++t) {
-    const std::size_t lo = std::min(total, t * share), hi = std::min(total, lo + share), mid = lo + (hi - lo) / 2;
-    out.emplace_back(slice_runs(runs, lo, mid), slice_runs(runs, mid, hi));
+    const std::size_t lo = std::min(total, t * share), hi = std::min(total, lo + share);
+    for (std::size_t s = 0; s < k; ++s)
+      out[t].push_back(slice_runs(runs, lo + (hi - lo) * s / k, lo + (hi - lo) * (s + 1) / k));
   }
   return out;
+}
+
+/// Streams per thread of the weights probe: as many as decode's float rows
+/// take on this host (cpu/streaming.hpp: 2, or 8 with row_streams::wide
+/// and AVX-512), which read faster than two there.
+std::size_t probe_streams() {
+  return kestrel::cpu::host_row_streams() == kestrel::cpu::row_streams::wide && has_avx512() ? 8 : 2;
 }
 
 struct bandwidth_probe {
@@ -380,8 +423,8 @@ byte_runs decode_matrices(const kestrel::llama_weights& w) {
 
 /// One streaming read of the matrices decode reads, as the model placed them
 /// (huge-page copy or file mapping, wherever the host put those pages), split
-/// into n_threads equal shares of the bytes, each share's halves read side by
-/// side as decode reads its rows (read_halves); GB/s. The 1 GiB probe
+/// into n_threads equal shares of the bytes, each share's probe_streams()
+/// parts read side by side as decode reads its rows (read_parts); GB/s. The 1 GiB probe
 /// measures a fresh buffer: on this shared host its rate moves by up to 2x
 /// with where the buffer and the cores land (28 to 54 GB/s within one run),
 /// while the weights stay where they are, so the decode bound is taken from
@@ -394,12 +437,12 @@ double probe_weights_once(const byte_runs& mats, std::size_t n_threads) {
   std::size_t total = 0;
   for (const auto& m : mats) total += m.size();
   if (total == 0) return 0;
-  const auto halves = thread_halves(mats, n_threads);
+  const auto parts = thread_parts(mats, n_threads, probe_streams());
   const std::size_t passes = std::max<std::size_t>(1, (std::size_t{256} << 20) / total);
   std::vector<float> sink(n_threads);
   const double s = on_threads(n_threads, [&](std::size_t t) {
     float acc = 0;
-    for (std::size_t pass = 0; pass < passes; ++pass) acc += read_halves(halves[t].first, halves[t].second);
+    for (std::size_t pass = 0; pass < passes; ++pass) acc += read_parts(parts[t]);
     sink[t] = acc;
   });
   if (sink[0] == 0.5f) std::fprintf(stderr, " ");  // keeps the sums alive

@@ -88,6 +88,34 @@ TEST_CASE("cpu: matvec == ref::matvec") {
     }
 }
 
+TEST_CASE("cpu: matvec's rows give the same bits walked as row_streams::pairs and ::wide") {
+  // The plan (cpu/streaming.hpp) only orders the rows' reads: 2 or 8
+  // streams side by side, the rows past a multiple of the streams alone.
+  // Row counts around 8 and 16, and ranges starting past 0, as threads get.
+  const std::size_t row_counts[] = {1, 2, 7, 8, 9, 15, 16, 17, 33, 70};
+  for (dtype t : all_types)
+    for (std::size_t rows : row_counts)
+      for (std::size_t cols : {std::size_t{5}, std::size_t{64}, std::size_t{129}}) {
+        random_weight w(t, rows, cols, static_cast<std::uint32_t>(rows * 31 + cols));
+        const auto x = random_floats(cols, 7);
+        std::vector<float> want(rows), pairs(rows, -1.0f), wide(rows, -1.0f);
+        ref::matvec(w.view, x.data(), want.data(), nullptr);
+        cpu::visit_weight(w.view, [&](const auto* data) {
+          for (std::size_t r0 : {std::size_t{0}, rows / 3}) {
+            cpu::detail::matvec_rows_as<cpu::row_streams::pairs>(data, cols, x.data(), pairs.data(), r0, rows);
+            cpu::detail::matvec_rows_as<cpu::row_streams::wide>(data, cols, x.data(), wide.data(), r0, rows);
+            if (r0 > 0) {
+              cpu::detail::matvec_rows_as<cpu::row_streams::pairs>(data, cols, x.data(), pairs.data(), 0, r0);
+              cpu::detail::matvec_rows_as<cpu::row_streams::wide>(data, cols, x.data(), wide.data(), 0, r0);
+            }
+            INFO(kestrel::name_of(t) << " rows " << rows << " cols " << cols << " split at " << r0);
+            CHECK(std::memcmp(pairs.data(), wide.data(), rows * sizeof(float)) == 0);
+            kestrel::test::check_within(wide.data(), want.data(), linear_tol(w, x, 1), rows);
+          }
+        });
+      }
+}
+
 TEST_CASE("cpu: matmul == ref::matmul") {
   cpu::thread_pool pool2(2), pool4(4);
   struct shape { std::size_t rows, cols; };

@@ -241,6 +241,20 @@ void check_decode(const std::vector<W>& w, const std::vector<q::activation_of_t<
                         split.data() + cut, rows);
   for (std::size_t i = 0; i < n_tokens * rows; ++i)
     split_bad += !same_bits(row_alone[i], out[i]) + !same_bits(split[i], out[i]);
+  // Both row plans (cpu/streaming.hpp: rows in pairs, or in fours for one
+  // token on Intel), whichever the host takes: the same bits.
+  std::size_t plan_bad = 0;
+  for (auto plan : {kestrel::cpu::row_streams::pairs, kestrel::cpu::row_streams::wide}) {
+    std::vector<float> got(n_tokens * rows + 1, -7.0f);
+    q::dot_rows_decode<W>(base, nb * sizeof(W), rows, ap.data(), n_tokens, got.data(), rows, plan);
+    for (std::size_t i = 0; i < n_tokens * rows; ++i) plan_bad += !same_bits(got[i], out[i]);
+    for (std::size_t t = 0; t < n_tokens; ++t) {
+      std::vector<float> alone(rows, -7.0f);
+      q::dot_rows_decode<W>(base, nb * sizeof(W), rows, ap.data() + t, 1, alone.data(), rows, plan);
+      for (std::size_t r = 0; r < rows; ++r) plan_bad += !same_bits(alone[r], out[t * rows + r]);
+    }
+  }
+  CHECK(plan_bad == 0);
   double worst = 0;
   for (std::size_t t = 0; t < n_tokens; ++t) {
     std::vector<float> alone(rows, -7.0f);

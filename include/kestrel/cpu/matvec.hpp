@@ -4,8 +4,8 @@
 // Decode is bound by memory bandwidth (every weight is read once per token),
 // so the kernel streams each weight row exactly once, converts f16 / bf16 to
 // f32 in registers (no temporary row), and reads each thread's rows as two
-// (f32 on AVX2: four) long sequential streams. Rows are split across the
-// thread pool.
+// (f32 on AVX2: four; on Intel with AVX-512: eight, cpu/streaming.hpp)
+// long sequential streams. Rows are split across the thread pool.
 #pragma once
 
 #include <algorithm>
@@ -17,6 +17,7 @@
 #include "kestrel/cpu/convert.hpp"
 #include "kestrel/cpu/dot.hpp"
 #include "kestrel/cpu/quantized.hpp"
+#include "kestrel/cpu/streaming.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/cpu/activation.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
@@ -48,12 +49,17 @@ namespace detail {
 /// rounds) 72.9-74.9 and 75.6-76.5; f16 showed no difference (TinyLlama
 /// 15.6-20.7 t/s either way, the host changing level mid-run). A row's
 /// result does not depend on the streams (row_acc), so neither do the bits.
-template <class T>
+/// With AVX-512 that is for row_streams::pairs (AMD); row_streams::wide
+/// (Intel, cpu/streaming.hpp) takes 8: on the Emerald Rapids host
+/// (bench/ab_decode.sh, TinyLlama f16, token time against 2 streams, 1
+/// KiB prefetch beside each) 4 streams 0.80, 8 0.70; 16 took 1.09x the
+/// time of 8 (one run each, 4-5 alternated rounds).
+template <class T, row_streams P>
 inline constexpr std::size_t matvec_streams =
 #if defined(__AVX2__) && !defined(__AVX512F__)
     sizeof(T) == 4 ? 4 : 2;
 #else
-    2;
+    P == row_streams::wide ? 8 : 2;
 #endif
 
 /// Software prefetch of matvec_rows' streams, bytes ahead, non-temporal, once
@@ -67,11 +73,17 @@ inline constexpr std::size_t matvec_streams =
 /// not run; f32 takes 288 and 576 alike, f16 576. A plain
 /// streaming read loses by it (/tmp harness, 1 GiB, two streams per
 /// thread: 31.4 -> 28.7 GB/s), so it pays only between a kernel's
-/// arithmetic. Not measured with AVX-512, which keeps none.
+/// arithmetic. With AVX-512, row_streams::pairs (Zen 4) keeps none;
+/// row_streams::wide asks for the line 1 KiB ahead into L1 (Emerald Rapids,
+/// 8 streams, TinyLlama f16 token time: 2 KiB 1.02x of 1 KiB, 2 KiB into L2
+/// 1.21x; with 4 streams none 1.15x; the non-temporal 576 bytes of AVX2,
+/// 2 streams, 1.13x of none).
 #if defined(__AVX2__) && !defined(__AVX512F__)
-inline constexpr std::size_t matvec_prefetch_bytes = 576;
+template <row_streams P> inline constexpr std::size_t matvec_prefetch_bytes = 576;
+template <row_streams P> inline constexpr int matvec_prefetch_locality = 0;  // non-temporal
 #else
-inline constexpr std::size_t matvec_prefetch_bytes = 0;
+template <row_streams P> inline constexpr std::size_t matvec_prefetch_bytes = P == row_streams::wide ? 1024 : 0;
+template <row_streams P> inline constexpr int matvec_prefetch_locality = 3;  // into L1
 #endif
 
 /// One row's dot product as matvec_rows computes it: two accumulators over
@@ -97,10 +109,13 @@ struct row_acc {
   }
 };
 
-/// y[r] = dot(w row r, x) for r in [r0, r1). w: (rows, cols), x: (cols), y: (rows)
-template <class T>
-inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0, std::size_t r1) noexcept {
-  constexpr std::size_t W = simd::width, S = matvec_streams<T>;
+/// y[r] = dot(w row r, x) for r in [r0, r1), the rows walked as plan P.
+/// w: (rows, cols), x: (cols), y: (rows)
+template <row_streams P, class T>
+inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0,
+                           std::size_t r1) noexcept {
+  constexpr std::size_t W = simd::width, S = matvec_streams<T, P>;
+  constexpr std::size_t ahead = matvec_prefetch_bytes<P>;
   const std::size_t main = cols - cols % (2 * W);
   const std::size_t per = (r1 - r0) / S;
   // Rows r0 + s * per + j for the S streams s side by side; the last
@@ -111,8 +126,8 @@ inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, 
     for (std::size_t s = 0; s < S; ++s) wr[s] = w + (r0 + s * per + j) * cols;
     for (std::size_t i = 0; i < main; i += 2 * W)
       for (std::size_t s = 0; s < S; ++s) {
-        if constexpr (matvec_prefetch_bytes > 0)
-          __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + matvec_prefetch_bytes, 0, 0);
+        if constexpr (ahead > 0)
+          __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead, 0, matvec_prefetch_locality<P>);
         acc[s].step(wr[s] + i, x + i);
       }
     for (std::size_t s = 0; s < S; ++s) y[r0 + s * per + j] = acc[s].finish(wr[s], x, main, cols);
@@ -123,6 +138,14 @@ inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, 
     for (std::size_t i = 0; i < main; i += 2 * W) a.step(wr + i, x + i);
     y[r] = a.finish(wr, x, main, cols);
   }
+}
+
+/// y[r] = dot(w row r, x) for r in [r0, r1), the rows walked as the host's
+/// plan (host_row_streams); the same bits for either plan.
+template <class T>
+inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0, std::size_t r1) noexcept {
+  if (host_row_streams() == row_streams::wide) matvec_rows_as<row_streams::wide>(w, cols, x, y, r0, r1);
+  else matvec_rows_as<row_streams::pairs>(w, cols, x, y, r0, r1);
 }
 
 /// The granularity of the row split: parallel tasks hand out whole blocks of

@@ -38,7 +38,9 @@
 // sequential streams, each prefetched 256 bytes ahead; adjacent rows side by
 // side read half as fast from DRAM), sharing the activation loads and the
 // final sums; up to 2 tokens (registers), an odd last row and 3-4 tokens one
-// row at a time. Every row runs the same operations, alone or paired, so its
+// row at a time. On Intel (row_streams::wide, cpu/streaming.hpp) one token
+// takes rows in fours instead, j, q + j, 2q + j, 3q + j, each stream
+// prefetched 1 KiB ahead. Every row runs the same operations, alone or paired, so its
 // result does not depend on how the rows are split among threads.
 //
 // ---- rounding (tests/quant/test_legacy_tokens.cpp) ----
@@ -64,6 +66,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kestrel/cpu/streaming.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_format.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
@@ -432,13 +435,21 @@ inline void sum2(__m512 u, __m512 v, float* su, float* sv) noexcept {
 /// Software prefetch distance of the row streams. Measured on Zen 4 (one
 /// thread, 2048 x 768 matrices, 56 MB of them cycled, medians of 12 runs):
 /// 256 bytes +9-19% over the hardware prefetchers alone, 1024 less; 110M
-/// q4_0 decode on 2 threads: +3-24% (3 runs).
-inline constexpr std::size_t prefetch_ahead = 256;
+/// q4_0 decode on 2 threads: +3-24% (3 runs). That is row_streams::pairs';
+/// row_streams::wide (Intel, four streams for one token) takes 1024: on the
+/// Emerald Rapids host (bench/ab_decode.sh, TinyLlama q8_0, token time)
+/// four streams 256 bytes ahead took 0.82x the time of two, and against
+/// 1024 bytes ahead 512 took 1.08x, 768 1.02x, 512 plus a second prefetch
+/// into L2 2 KiB ahead 1.04x (one run each, 8-9 alternated rounds).
+inline constexpr std::size_t prefetch_ahead(cpu::row_streams plan) noexcept {
+  return plan == cpu::row_streams::wide ? 1024 : 256;
+}
 
-/// out[r][t * out_stride] for R rows row[r] against NT tokens.
+/// out[r][t * out_stride] for R rows row[r] against NT tokens, each row's
+/// lines asked for `ahead` bytes before they are read.
 template <class W, std::size_t NT, std::size_t R>
 inline void rows_decode(const std::byte* const* row, std::size_t nb, const act_unit<W>* const* tok, const consts<W>& c,
-                        float* const* out, std::size_t out_stride) noexcept {
+                        float* const* out, std::size_t out_stride, std::size_t ahead) noexcept {
   constexpr std::size_t G = unit_blocks, UB = unit_bytes<W>;
   __m512 acc[R][NT], accm[R][NT];
   for (std::size_t r = 0; r < R; ++r)
@@ -449,9 +460,9 @@ inline void rows_decode(const std::byte* const* row, std::size_t nb, const act_u
   for (std::size_t j = 0; j < full; ++j) {
     for (std::size_t r = 0; r < R; ++r) {
       load_tables<W>(row[r] + j * UB, tb[r]);
-      // Each stream's lines prefetch_ahead bytes on (never faults).
+      // Each stream's lines `ahead` bytes on (never faults).
       for (std::size_t o = 0; o < UB; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + prefetch_ahead + o), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + ahead + o), _MM_HINT_T0);
     }
     for (std::size_t t = 0; t < NT; ++t) au[t] = tok[t] + j;
     unit<W, NT, R>(tb, au, c, acc, accm);
@@ -470,10 +481,12 @@ inline void rows_decode(const std::byte* const* row, std::size_t nb, const act_u
       v[r] = acc[r][t];
       if constexpr (has_offset_m<W>) v[r] = _mm512_add_ps(v[r], accm[r][t]);
     }
-    if constexpr (R == 2)
-      sum2(v[0], v[1], out[0] + t * out_stride, out[1] + t * out_stride);
-    else
+    if constexpr (R % 2 == 0) {
+      for (std::size_t r = 0; r < R; r += 2) sum2(v[r], v[r + 1], out[r] + t * out_stride, out[r + 1] + t * out_stride);
+    } else {
+      static_assert(R == 1);
       out[0][t * out_stride] = sum1(v[0]);
+    }
   }
 }
 
@@ -691,24 +704,41 @@ inline void rows_decode(const std::byte* const* rp, std::size_t nb, const act_bl
 namespace detail {
 
 /// The decode kernels' walk over rows: kern.template operator()<NT, R>(rp,
-/// op) for R = 1 or 2 rows at rp[0..R) writing op[0..R), NT = n_tokens
+/// op) for R = 1, 2 or 4 rows at rp[0..R) writing op[0..R), NT = n_tokens
 /// (1..4). Up to 2 tokens (registers allow it), rows j and half + j side by
 /// side: two long sequential streams, which the hardware prefetchers follow
 /// (adjacent rows side by side make streams one row long: half the speed
-/// from DRAM, measured); the odd last row, and 3-4 tokens, one row at a time.
-template <class K>
+/// from DRAM, measured); with `quarters` and one token, rows j, q + j, 2q +
+/// j and 3q + j instead (four streams: row_streams::wide, Intel,
+/// cpu/streaming.hpp); the rows left over, and 3-4 tokens, one row at a time.
+/// Kernels that take no 4 rows (the AVX2 one) pass MaxR = 2.
+template <std::size_t MaxR, class K>
 inline void decode_row_pairs(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t n_tokens,
-                             float* out, K&& kern) {
+                             float* out, bool quarters, K&& kern) {
   auto run = [&]<std::size_t NT>() {
     std::size_t r = 0;
-    if constexpr (NT <= 2) {
-      const std::size_t half = n_rows / 2;
-      for (std::size_t j = 0; j < half; ++j) {
-        const std::byte* const rp[2] = {rows + j * row_bytes, rows + (half + j) * row_bytes};
-        float* const op[2] = {out + j, out + half + j};
-        kern.template operator()<NT, 2>(rp, op);
+    if constexpr (NT == 1 && MaxR >= 4) {
+      if (quarters) {
+        const std::size_t q = n_rows / 4;
+        for (std::size_t j = 0; j < q; ++j) {
+          const std::byte* const rp[4] = {rows + j * row_bytes, rows + (q + j) * row_bytes,
+                                          rows + (2 * q + j) * row_bytes, rows + (3 * q + j) * row_bytes};
+          float* const op[4] = {out + j, out + q + j, out + 2 * q + j, out + 3 * q + j};
+          kern.template operator()<NT, 4>(rp, op);
+        }
+        r = 4 * q;
       }
-      r = 2 * half;
+    }
+    if constexpr (NT <= 2) {
+      if (r == 0) {
+        const std::size_t half = n_rows / 2;
+        for (std::size_t j = 0; j < half; ++j) {
+          const std::byte* const rp[2] = {rows + j * row_bytes, rows + (half + j) * row_bytes};
+          float* const op[2] = {out + j, out + half + j};
+          kern.template operator()<NT, 2>(rp, op);
+        }
+        r = 2 * half;
+      }
     }
     for (; r < n_rows; ++r) {
       const std::byte* const rp[1] = {rows + r * row_bytes};
@@ -730,12 +760,13 @@ inline void decode_row_pairs(const std::byte* rows, std::size_t row_bytes, std::
 /// out[t * out_stride + r] for rows r < n_rows (row_bytes apart from rows)
 /// against tokens t < n_tokens (1 <= n_tokens <= decode_kernel_tokens), each
 /// within gamma_(nb + 6) T of the exact dot (header), the same bits whichever
-/// rows are in the call; with AVX2 but not AVX-512 VNNI the AVX2 kernel
-/// (detail::ld2), without AVX2 quant::dot per (row, token).
+/// rows are in the call and whatever the plan (AVX-512: rows walked as
+/// `plan`, cpu/streaming.hpp); with AVX2 but not AVX-512 VNNI the AVX2
+/// kernel (detail::ld2), without AVX2 quant::dot per (row, token).
 template <class W>
 inline void dot_rows_decode(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows,
                             const decode_acts<W>* const* acts, std::size_t n_tokens, float* out,
-                            std::size_t out_stride) {
+                            std::size_t out_stride, cpu::row_streams plan = cpu::host_row_streams()) {
   if (n_tokens == 0 || n_rows == 0) return;
   const std::size_t nb = acts[0]->nb;
 #if defined(KESTREL_LEGACY_DECODE)
@@ -743,10 +774,11 @@ inline void dot_rows_decode(const std::byte* rows, std::size_t row_bytes, std::s
   const ld::act_unit<W>* tok[decode_kernel_tokens];
   for (std::size_t t = 0; t < n_tokens; ++t) tok[t] = acts[t]->units.data();
   const ld::consts<W> c = ld::consts<W>::make();
-  detail::decode_row_pairs(rows, row_bytes, n_rows, n_tokens, out,
-                           [&]<std::size_t NT, std::size_t R>(const std::byte* const* rp, float* const* op) {
-                             ld::rows_decode<W, NT, R>(rp, nb, tok, c, op, out_stride);
-                           });
+  const std::size_t ahead = ld::prefetch_ahead(plan);
+  detail::decode_row_pairs<4>(rows, row_bytes, n_rows, n_tokens, out, plan == cpu::row_streams::wide,
+                              [&]<std::size_t NT, std::size_t R>(const std::byte* const* rp, float* const* op) {
+                                ld::rows_decode<W, NT, R>(rp, nb, tok, c, op, out_stride, ahead);
+                              });
 #elif defined(KESTREL_LEGACY_DECODE_AVX2)
   namespace ld2 = detail::ld2;
   const ld2::act_block* tok[decode_kernel_tokens];
@@ -755,11 +787,13 @@ inline void dot_rows_decode(const std::byte* rows, std::size_t row_bytes, std::s
     tok[t] = acts[t]->blocks.data();
     tp[t] = acts[t]->pairs.data();
   }
-  detail::decode_row_pairs(rows, row_bytes, n_rows, n_tokens, out,
-                           [&]<std::size_t NT, std::size_t R>(const std::byte* const* rp, float* const* op) {
-                             ld2::rows_decode<W, NT, R>(rp, nb, tok, tp, op, out_stride);
-                           });
+  (void)plan;  // two streams: measured on AMD only (Zen 2, Zen 3)
+  detail::decode_row_pairs<2>(rows, row_bytes, n_rows, n_tokens, out, false,
+                              [&]<std::size_t NT, std::size_t R>(const std::byte* const* rp, float* const* op) {
+                                ld2::rows_decode<W, NT, R>(rp, nb, tok, tp, op, out_stride);
+                              });
 #else
+  (void)plan;
   for (std::size_t r = 0; r < n_rows; ++r)
     for (std::size_t t = 0; t < n_tokens; ++t)
       out[t * out_stride + r] = dot(reinterpret_cast<const W*>(rows + r * row_bytes), acts[t]->a, nb * 32);

@@ -1,0 +1,63 @@
+// kestrel/cpu/streaming.hpp: how decode's row-major kernels stream their
+// weight rows on this host, chosen once at run time.
+//
+// Decode reads every weight once per token, so its speed is the rate at
+// which one core keeps cache lines in flight, and that differs between CPU
+// families more than any arithmetic does:
+// - AMD Zen 2 to 4: two long sequential streams per thread (the two halves
+//   of its rows), with a short software prefetch or none; four streams
+//   gained nothing on Zen 4 (cpu/matvec.hpp) and one stream lost.
+// - Intel Xeon (an Emerald Rapids host with AVX-512 and a 300 MiB L3): one
+//   core's read rate grows with the streams it walks at once (its hardware
+//   prefetcher follows each stream only within a 4 KiB page): eight streams
+//   per thread for float rows and four for the legacy blocks (q4_0 .. q8_0;
+//   as many as the registers take), each asked for 1 KiB ahead into L1.
+//   TinyLlama-shape decode, bench/ab_decode.sh against two streams: f16
+//   0.70x the token time, q8_0 0.76-0.80x (bench/README.md).
+// The choice changes only the order in which rows are read: every row runs
+// the same operations whatever is beside it, so the results are the same
+// bits either way (tests/cpu/test_linear.cpp, tests/quant/test_legacy_tokens.cpp).
+// It applies to AVX-512 builds; AVX2-only builds keep their own measured
+// settings (cpu/matvec.hpp, quant/legacy_decode.hpp).
+//
+// KESTREL_ROW_STREAMS=pairs|wide in the environment overrides the choice
+// (read once, at the first decode), to measure both on one host.
+#pragma once
+
+#include <cstdlib>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
+namespace kestrel::cpu {
+
+/// How decode's row-major kernels walk a thread's rows.
+enum class row_streams : unsigned char {
+  pairs,  ///< two streams per thread, short prefetch: AMD, and every host not known to want more
+  wide,   ///< eight streams of float rows, four of legacy blocks, 1 KiB prefetch: Intel
+};
+
+/// The plan for the CPU this runs on: wide for Intel ("GenuineIntel"),
+/// pairs otherwise; KESTREL_ROW_STREAMS=pairs|wide overrides it.
+inline row_streams detect_row_streams() noexcept {
+  if (const char* e = std::getenv("KESTREL_ROW_STREAMS")) {
+    if (std::strcmp(e, "wide") == 0) return row_streams::wide;
+    if (std::strcmp(e, "pairs") == 0) return row_streams::pairs;
+  }
+#if defined(__x86_64__) || defined(__i386__)
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu)
+    return row_streams::wide;  // "Genu" "ineI" "ntel"
+#endif
+  return row_streams::pairs;
+}
+
+/// detect_row_streams(), computed once per process.
+inline row_streams host_row_streams() noexcept {
+  static const row_streams s = detect_row_streams();
+  return s;
+}
+
+}  // namespace kestrel::cpu
