@@ -163,6 +163,24 @@ TEST_CASE("cpu: the GEMM gives a token the same row whatever tokens share its ca
   }
 }
 
+TEST_CASE("cpu: the GEMM's columns in one pass or in passes of 128 (AMD's, Intel's plan) give the same bits") {
+  // Each pass continues the fma chains in y (cpu/gemm.hpp), so kc only
+  // moves work; 300 columns: passes of 128, 128 and 44.
+  for (dtype t : all_types) {
+    random_weight w(t, 70, 300, 9);
+    const auto x = random_floats(37 * 300, 10);
+    std::vector<float> one(37 * 70, -1.0f), passes(37 * 70, -2.0f), want(37 * 70);
+    cpu::visit_weight(w.view, [&](const auto* data) {
+      cpu::detail::gemm_rows(data, 70, 300, x.data(), 37, one.data(), 0, 70, 300);
+      cpu::detail::gemm_rows(data, 70, 300, x.data(), 37, passes.data(), 0, 70, 128);
+    });
+    ref::matmul(w.view, x.data(), 37, want.data(), nullptr);
+    INFO(kestrel::name_of(t));
+    CHECK(std::memcmp(one.data(), passes.data(), one.size() * sizeof(float)) == 0);
+    kestrel::test::check_within(one.data(), want.data(), linear_tol(w, x, 37), one.size());
+  }
+}
+
 TEST_CASE("cpu: matmul with zero columns gives zeros") {
   random_weight w(dtype::f32, 5, 0, 1);
   std::vector<float> y(3 * 5, 7.0f);

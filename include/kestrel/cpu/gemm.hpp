@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "kestrel/cpu/convert.hpp"
+#include "kestrel/cpu/streaming.hpp"
 #include "kestrel/cpu/transpose.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
 
@@ -168,7 +169,22 @@ inline void gemm_tile_tail(std::size_t m, const float* panel, std::size_t k0, st
 /// 110M f32 128 / one pass: 740 / 870. Each pass ends with the tile's 12
 /// accumulators stored to Y and reloaded by the next, which a 6-cycle step
 /// over 128 columns does not hide.
+/// With AVX-512 that is row_streams::pairs' (AMD); row_streams::wide
+/// (Intel, cpu/streaming.hpp) takes one pass: there the 128-column pieces
+/// of the tile's 8 rows of X are too short for the hardware prefetcher,
+/// while a whole row is one long stream, and the panel (at most 704 KiB)
+/// stays in the 2 MiB L2. Emerald Rapids, one thread, 512 tokens, f32,
+/// speed over kc 128 (medians of 9 alternated rounds, /tmp harness of
+/// gemm_tile): 2048x2048 kc 256 / 512 / 1024 / 2048 / one pass 1.26 / 1.48
+/// / 1.50 / 1.72 / 1.73; 5632x2048 1.19 / 1.39 / 1.54 / 1.63 / 1.68;
+/// 2048x5632 1.16 / 1.31 / 1.42 / 1.52 / 1.58; 768x768 one pass 1.19,
+/// 2048x768 1.29, 768x2048 1.69. The bits do not depend on kc (above).
 inline constexpr std::size_t gemm_kc = simd::width >= 16 ? 128 : 6144;
+
+/// The columns per pass for a matrix of `cols` columns on this host.
+inline std::size_t gemm_kc_for(std::size_t cols) noexcept {
+  return simd::width >= 16 && host_row_streams() == row_streams::wide ? cols : gemm_kc;
+}
 
 /// Per-thread f32 scratch of n floats, 64-byte aligned (the GEMM's panels,
 /// the Eigen path's converted tiles); grows, never shrinks, so steady-state
@@ -184,16 +200,17 @@ inline float* float_scratch(std::size_t n) {
 /// Y[:, r0:r1) = X W[r0:r1)^T, each panel of W made by pack(r, n, panel)
 /// (rows [r, r + n) of W as gemm_pack_panel lays them out, zeros past n).
 /// x: (n_tokens, cols); y: (n_tokens, rows). r0 is a multiple of gemm_nr
-/// except at r1.
+/// except at r1. Columns in passes of kc (0: gemm_kc_for(cols)).
 template <class Pack>
 inline void gemm_panels(Pack&& pack, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens,
-                        float* y, std::size_t r0, std::size_t r1) {
+                        float* y, std::size_t r0, std::size_t r1, std::size_t kc = 0) {
   float* panel = float_scratch(cols * gemm_nr);
+  if (kc == 0) kc = std::max<std::size_t>(1, gemm_kc_for(cols));
   for (std::size_t r = r0; r < r1; r += gemm_nr) {
     const std::size_t n = std::min(gemm_nr, r1 - r);
     pack(r, n, panel);
-    for (std::size_t k0 = 0; k0 < cols; k0 += gemm_kc) {
-      const std::size_t k1 = std::min(cols, k0 + gemm_kc);
+    for (std::size_t k0 = 0; k0 < cols; k0 += kc) {
+      const std::size_t k1 = std::min(cols, k0 + kc);
       std::size_t t = 0;
       for (; t + gemm_mr <= n_tokens; t += gemm_mr)
         gemm_tile<gemm_mr>(panel, k0, k1, x + t * cols, cols, y + t * rows + r, rows, n);
@@ -206,9 +223,9 @@ inline void gemm_panels(Pack&& pack, std::size_t rows, std::size_t cols, const f
 /// y: (n_tokens, rows). r0 is a multiple of gemm_nr except at r1.
 template <class T>
 inline void gemm_rows(const T* w, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens, float* y,
-                      std::size_t r0, std::size_t r1) {
+                      std::size_t r0, std::size_t r1, std::size_t kc = 0) {
   gemm_panels([&](std::size_t r, std::size_t n, float* panel) { gemm_pack_panel(w, cols, r, n, panel); }, rows, cols,
-              x, n_tokens, y, r0, r1);
+              x, n_tokens, y, r0, r1, kc);
 }
 
 }  // namespace kestrel::cpu::detail
