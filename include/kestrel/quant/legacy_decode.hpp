@@ -715,30 +715,28 @@ namespace detail {
 template <std::size_t MaxR, class K>
 inline void decode_row_pairs(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t n_tokens,
                              float* out, bool quarters, K&& kern) {
+  // Rows j, q + j, .., (R - 1) q + j side by side for j < q = n_rows / R;
+  // returns the rows done (R q).
+  auto streams = [&]<std::size_t NT, std::size_t R>() {
+    const std::size_t q = n_rows / R;
+    for (std::size_t j = 0; j < q; ++j) {
+      const std::byte* rp[R];
+      float* op[R];
+      for (std::size_t i = 0; i < R; ++i) {
+        rp[i] = rows + (i * q + j) * row_bytes;
+        op[i] = out + i * q + j;
+      }
+      kern.template operator()<NT, R>(rp, op);
+    }
+    return R * q;
+  };
   auto run = [&]<std::size_t NT>() {
     std::size_t r = 0;
     if constexpr (NT == 1 && MaxR >= 4) {
-      if (quarters) {
-        const std::size_t q = n_rows / 4;
-        for (std::size_t j = 0; j < q; ++j) {
-          const std::byte* const rp[4] = {rows + j * row_bytes, rows + (q + j) * row_bytes,
-                                          rows + (2 * q + j) * row_bytes, rows + (3 * q + j) * row_bytes};
-          float* const op[4] = {out + j, out + q + j, out + 2 * q + j, out + 3 * q + j};
-          kern.template operator()<NT, 4>(rp, op);
-        }
-        r = 4 * q;
-      }
+      if (quarters) r = streams.template operator()<NT, 4>();
     }
     if constexpr (NT <= 2) {
-      if (r == 0) {
-        const std::size_t half = n_rows / 2;
-        for (std::size_t j = 0; j < half; ++j) {
-          const std::byte* const rp[2] = {rows + j * row_bytes, rows + (half + j) * row_bytes};
-          float* const op[2] = {out + j, out + half + j};
-          kern.template operator()<NT, 2>(rp, op);
-        }
-        r = 2 * half;
-      }
+      if (r == 0) r = streams.template operator()<NT, 2>();
     }
     for (; r < n_rows; ++r) {
       const std::byte* const rp[1] = {rows + r * row_bytes};
