@@ -163,7 +163,7 @@ TEST_CASE("cpu: the GEMM gives a token the same row whatever tokens share its ca
   }
 }
 
-TEST_CASE("cpu: the GEMM's columns in one pass or in passes of 128 (AMD's, Intel's plan) give the same bits") {
+TEST_CASE("cpu: the GEMM's columns in one pass or in passes of 128 give the same bits") {
   // Each pass continues the fma chains in y (cpu/gemm.hpp), so kc only
   // moves work; 300 columns: passes of 128, 128 and 44.
   for (dtype t : all_types) {

@@ -31,7 +31,6 @@
 #include <vector>
 
 #include "kestrel/cpu/convert.hpp"
-#include "kestrel/cpu/streaming.hpp"
 #include "kestrel/cpu/transpose.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
 
@@ -160,31 +159,35 @@ inline void gemm_tile_tail(std::size_t m, const float* panel, std::size_t k0, st
   }
 }
 
-/// Columns per pass over the token tiles. AVX-512: 128, so the panel's
-/// slice (kc x gemm_nr floats, 16 KiB) stays in L1 while every token tile
-/// meets it. AVX2: 6144, so the slice (384 KiB) stays in a 512 KiB L2 and
-/// every matrix of TinyLlama's shape (at most 5632 columns) takes one pass.
-/// Measured on Zen 2 (2 threads, TinyLlama-shape f32 pp512, alternated,
-/// t/s) with kc 128 / 256 / 512 / 1024 / one pass: 68 / 77 / 82 / 85 / 88;
-/// 110M f32 128 / one pass: 740 / 870. Each pass ends with the tile's 12
-/// accumulators stored to Y and reloaded by the next, which a 6-cycle step
-/// over 128 columns does not hide.
-/// With AVX-512 that is row_streams::pairs' (AMD); row_streams::wide
-/// (Intel, cpu/streaming.hpp) takes one pass: there the 128-column pieces
-/// of the tile's 8 rows of X are too short for the hardware prefetcher,
-/// while a whole row is one long stream, and the panel (at most 704 KiB)
-/// stays in the 2 MiB L2. Emerald Rapids, one thread, 512 tokens, f32,
-/// speed over kc 128 (medians of 9 alternated rounds, /tmp harness of
-/// gemm_tile): 2048x2048 kc 256 / 512 / 1024 / 2048 / one pass 1.26 / 1.48
-/// / 1.50 / 1.72 / 1.73; 5632x2048 1.19 / 1.39 / 1.54 / 1.63 / 1.68;
-/// 2048x5632 1.16 / 1.31 / 1.42 / 1.52 / 1.58; 768x768 one pass 1.19,
-/// 2048x768 1.29, 768x2048 1.69. The bits do not depend on kc (above).
-inline constexpr std::size_t gemm_kc = simd::width >= 16 ? 128 : 6144;
+/// Columns per pass over the token tiles: one pass (every column) with
+/// AVX-512, at most 6144 with AVX2. Each pass ends with the tile's
+/// accumulators stored to Y and reloaded by the next, and a pass reads the
+/// tile's rows of X as one long stream each; the panel (32 x cols floats
+/// with AVX-512, at most 704 KiB at TinyLlama's 5632) stays in L2 (1-2 MiB
+/// per core on Zen 4 and Emerald Rapids). AVX2: the slice (6144 x 16
+/// floats, 384 KiB) stays in a 512 KiB L2, and every matrix of TinyLlama's
+/// shape takes one pass. Measured, speed over kc 128:
+/// - Zen 2 (2 threads, TinyLlama-shape f32 pp512, alternated, t/s) kc 128 /
+///   256 / 512 / 1024 / one pass: 68 / 77 / 82 / 85 / 88; 110M f32 128 /
+///   one pass: 740 / 870.
+/// - Zen 4 (one thread, 512 tokens, medians of 9 alternated runs, /tmp
+///   harness of gemm_rows): one pass 1.04-1.14x over kc 128 on all six of
+///   the 110M and TinyLlama shapes, f32 and f16 alike (2048x2048 1.13,
+///   5632x2048 1.07-1.12, 2048x5632 1.10-1.14, 768x768 1.05); kc 512 and
+///   1024 fell between. End to end, TinyLlama f16 pp256 (2 threads, 3
+///   alternated rounds) 84.7 -> 98.9 t/s.
+/// - Emerald Rapids (the same harness): 2048x2048 kc 256 / 512 / 1024 /
+///   2048 / one pass 1.26 / 1.48 / 1.50 / 1.72 / 1.73; 5632x2048 1.19 /
+///   1.39 / 1.54 / 1.63 / 1.68; 2048x5632 1.16 / 1.31 / 1.42 / 1.52 / 1.58;
+///   768x768 one pass 1.19, 2048x768 1.29, 768x2048 1.69: 128-column pieces
+///   of X's rows are too short for its hardware prefetcher.
+/// (kc 128 with AVX-512, until 2026-12-02, had been chosen so the panel's
+/// slice stayed in L1, not measured against one pass.) The bits do not
+/// depend on kc (above; tests/cpu/test_linear.cpp).
+inline constexpr std::size_t gemm_kc = simd::width >= 16 ? std::size_t(-1) : 6144;
 
-/// The columns per pass for a matrix of `cols` columns on this host.
-inline std::size_t gemm_kc_for(std::size_t cols) noexcept {
-  return simd::width >= 16 && host_row_streams() == row_streams::wide ? cols : gemm_kc;
-}
+/// The columns per pass for a matrix of `cols` columns.
+inline std::size_t gemm_kc_for(std::size_t cols) noexcept { return std::min(cols, gemm_kc); }
 
 /// Per-thread f32 scratch of n floats, 64-byte aligned (the GEMM's panels,
 /// the Eigen path's converted tiles); grows, never shrinks, so steady-state

@@ -6,7 +6,10 @@
 // families more than any arithmetic does:
 // - AMD Zen 2 to 4: two long sequential streams per thread (the two halves
 //   of its rows), with a short software prefetch or none; four streams
-//   gained nothing on Zen 4 (cpu/matvec.hpp) and one stream lost.
+//   gained nothing on Zen 4 (cpu/matvec.hpp) and one stream lost. Intel's
+//   plan on a Zen 4 host (bench/ab_decode.sh, token time against pairs):
+//   TinyLlama f16 1.84x, f32 1.27x, q8_0 1.07x, q4_0 1.04x; 110M f16 1.30x,
+//   f32 1.33x, q8_0 1.12x, q4_0 0.98x.
 // - Intel Xeon (an Emerald Rapids host with AVX-512 and a 300 MiB L3): one
 //   core's read rate grows with the streams it walks at once (its hardware
 //   prefetcher follows each stream only within a 4 KiB page): eight streams
@@ -14,15 +17,14 @@
 //   as many as the registers take), each asked for 1 KiB ahead into L1.
 //   TinyLlama-shape decode, bench/ab_decode.sh against two streams: f16
 //   0.70x the token time, q8_0 0.76-0.80x (bench/README.md).
-//   The same holds for prefill's float GEMM (cpu/gemm.hpp): its token
-//   tiles read their rows of X in one pass over the columns (8 long
-//   streams) instead of 128-column pieces, 1.2-1.7x as fast on one core.
+//   (Prefill's float GEMM takes one pass over the columns on every
+//   AVX-512 host, whatever the plan: cpu/gemm.hpp.)
 // The choice changes only the order in which memory is read: every row and
 // every output runs the same operations whatever is beside it, so the
 // results are the same bits either way (tests/cpu/test_linear.cpp,
 // tests/quant/test_legacy_tokens.cpp). It applies to AVX-512 builds;
 // AVX2-only builds keep their own measured settings (cpu/matvec.hpp,
-// cpu/gemm.hpp, quant/legacy_decode.hpp).
+// quant/legacy_decode.hpp).
 //
 // KESTREL_ROW_STREAMS=pairs|wide in the environment overrides the choice
 // (read once, at the first decode), to measure both on one host.
@@ -40,7 +42,7 @@ namespace kestrel::cpu {
 /// How decode's row-major kernels walk a thread's rows.
 enum class row_streams : unsigned char {
   pairs,  ///< two streams per thread, short prefetch: AMD, and every host not known to want more
-  wide,   ///< eight streams of float rows, four of legacy blocks, 1 KiB prefetch, one-pass GEMM: Intel
+  wide,   ///< eight streams of float rows, four of legacy blocks, 1 KiB prefetch: Intel
 };
 
 /// The plan for the CPU this runs on: wide for Intel ("GenuineIntel"),
