@@ -186,9 +186,6 @@ inline void gemm_tile_tail(std::size_t m, const float* panel, std::size_t k0, st
 /// depend on kc (above; tests/cpu/test_linear.cpp).
 inline constexpr std::size_t gemm_kc = simd::width >= 16 ? std::size_t(-1) : 6144;
 
-/// The columns per pass for a matrix of `cols` columns.
-inline std::size_t gemm_kc_for(std::size_t cols) noexcept { return std::min(cols, gemm_kc); }
-
 /// Per-thread f32 scratch of n floats, 64-byte aligned (the GEMM's panels,
 /// the Eigen path's converted tiles); grows, never shrinks, so steady-state
 /// prefill allocates nothing.
@@ -203,12 +200,12 @@ inline float* float_scratch(std::size_t n) {
 /// Y[:, r0:r1) = X W[r0:r1)^T, each panel of W made by pack(r, n, panel)
 /// (rows [r, r + n) of W as gemm_pack_panel lays them out, zeros past n).
 /// x: (n_tokens, cols); y: (n_tokens, rows). r0 is a multiple of gemm_nr
-/// except at r1. Columns in passes of kc (0: gemm_kc_for(cols)).
+/// except at r1. Columns in passes of kc (0: gemm_kc).
 template <class Pack>
 inline void gemm_panels(Pack&& pack, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens,
                         float* y, std::size_t r0, std::size_t r1, std::size_t kc = 0) {
   float* panel = float_scratch(cols * gemm_nr);
-  if (kc == 0) kc = std::max<std::size_t>(1, gemm_kc_for(cols));
+  if (kc == 0) kc = std::min(cols, gemm_kc);  // no pass when cols == 0
   for (std::size_t r = r0; r < r1; r += gemm_nr) {
     const std::size_t n = std::min(gemm_nr, r1 - r);
     pack(r, n, panel);
