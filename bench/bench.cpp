@@ -4,8 +4,8 @@
 // the same process, each test's bound (tokens/s the hardware allows) and
 // bound ratio, and the peak RSS against file size + KV cache.
 //
-//   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-d 0,2048] [-r 5] [-o md|json|jsonl]
-//                 [--mmap 0|1] [-ctk f16|f32] [-ctv f16|f32] [--no-warmup]
+//   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-pg 512,128] [-d 0,2048] [-r 5]
+//                 [-o md|csv|json|jsonl] [--mmap 0|1] [-ctk f16|f32] [-ctv f16|f32] [--no-warmup]
 //
 // -ctk / -ctv (llama-bench's cache types) choose the KV cache's element
 // type: f16 by default, as llama-bench (kestrel::f16_kv_cache), or f32
@@ -28,8 +28,21 @@
 // others random (no sampling, as llama-bench). With -d D (newer
 // llama-bench's --n-depth) each repetition first fills the cache with D
 // random tokens, untimed, so the test runs at depth D ("pp512 @ d2048";
-// JSON field n_depth). A warm-up run (the full prompt for pp, one token
-// for tg) precedes the r timed repetitions.
+// JSON field n_depth). -pg P,N (llama-bench's --n-pg, repeatable) adds a
+// test of both: P prompt tokens, then N decoded ("pp512+tg128"; n_prompt
+// and n_gen both set), at (P + N) / time tokens/s as llama-bench counts it,
+// its bound the time of the pp bound's P tokens plus the tg bound's N. A
+// warm-up run (the full prompt for pp, one token for tg, both for pp+tg)
+// precedes the r timed repetitions.
+//
+// Output: md (a table, the default), csv (llama-bench's: a header of the
+// field names, then one row per test; the probes' figures are in the
+// tests' bound fields), json (an array) or jsonl (one object per line).
+// The JSON and CSV fields are llama-bench's where it has them
+// (build_commit, model_filename, model_type, model_size, model_n_params,
+// n_threads, n_prompt, n_gen, n_depth, test_time, avg_ns, stddev_ns,
+// avg_ts, stddev_ts, samples_ns, samples_ts, type_k, type_v, use_mmap),
+// then kestrel's.
 //
 // Bounds: decode reads every weight matrix once per token (the embedding
 // row is negligible) and the KV cache up to its position, so tg's bound is
@@ -89,9 +102,11 @@ const char* usage =
     "  -t, --threads N,...     thread counts (default: all hardware threads)\n"
     "  -p, --n-prompt N,...    prompt tokens of the pp tests; 0 skips (default: 512)\n"
     "  -n, --n-gen N,...       generated tokens of the tg tests; 0 skips (default: 128)\n"
+    "  -pg, --n-pg P,N         a test of P prompt tokens then N generated ones (pp P + tg N);\n"
+    "                          repeatable (default: none)\n"
     "  -d, --n-depth N,...     tokens already in the KV cache when a test starts (default: 0)\n"
     "  -r, --repetitions N     timed repetitions per test (default: 5)\n"
-    "  -o, --output md|json|jsonl  (default: md)\n"
+    "  -o, --output md|csv|json|jsonl  (default: md)\n"
     "  -mmp, --mmap 0|1        1: weights read in place from the file mapping; 0: copied into\n"
     "                          huge pages when the model is built (default: copied while the\n"
     "                          copy is fast, else read in place: weight_placement::automatic)\n"
@@ -720,7 +735,61 @@ struct printer {
     else
       object(buf);
   }
-  bool md_header = false;
+  bool md_header = false, csv_header = false;
+  /// One test's scalar fields in order, as JSON and CSV print them: the
+  /// value's text, and whether it is a string (quoted) or a number / bool.
+  struct field {
+    const char* name;
+    std::string text;
+    bool quoted;
+  };
+  static std::string num(const char* fmt, double v) {
+    char b[64];
+    std::snprintf(b, sizeof b, fmt, v);
+    return b;
+  }
+  static std::string u64(std::uint64_t v) { return std::to_string(v); }
+  std::vector<field> fields(const result& r) const {
+    const double avg_ts = mean(r.samples_ts), sd_ts = stddev(r.samples_ts);
+    const double ratio = r.bound_ts > 0 ? avg_ts / r.bound_ts : 0;
+    std::vector<field> f = {
+        {"build_commit", commit, true},
+        {"model_filename", r.model_filename, true},
+        {"model_type", r.facts.type, true},
+        {"model_size", u64(r.facts.size), false},
+        {"model_n_params", u64(r.facts.n_params), false},
+        {"n_threads", u64(r.n_threads), false},
+        {"n_prompt", u64(r.n_prompt), false},
+        {"n_gen", u64(r.n_gen), false},
+        {"n_depth", u64(r.n_depth), false},
+        {"test_time", r.test_time, true},
+        {"avg_ns", num("%.0f", std::floor(mean(r.samples_ns))), false},
+        {"stddev_ns", num("%.0f", std::floor(stddev(r.samples_ns))), false},
+        {"avg_ts", num("%.6f", avg_ts), false},
+        {"stddev_ts", num("%.6f", sd_ts), false},
+        {"bound_ts", num("%.6f", r.bound_ts), false},
+        {"bound_ratio", num("%.4f", ratio), false},
+        {"peak_rss_bytes", u64(r.peak_rss), false},
+        {"file_size", u64(r.facts.file_size), false},
+        {"kv_cache_bytes", u64(r.kv_bytes), false},
+        {"decode_bytes_per_token", u64(r.facts.decode_bytes), false},
+        {"type_k", r.cache_type, true},
+        {"type_v", r.cache_type, true},
+        {"use_mmap", r.placement == kestrel::weight_placement::file ? "true" : "false", false},
+        {"weight_placement", placement_name(r.placement), true},
+        {"weights_copied_bytes", u64(r.copied_bytes), false},
+        {"load_ns", u64(r.load_ns), false},
+    };
+    // tg and pp+tg: the weights' read rate (empty for pp: JSON leaves it out, CSV's column is empty)
+    f.push_back({"weights_gbps", r.weights_gbps.empty() ? "" : num("%.2f", kestrel::bench::median(r.weights_gbps)), false});
+    return f;
+  }
+  /// A CSV field: quoted, its quotes doubled (RFC 4180).
+  static std::string csv_quote(const std::string& s) {
+    std::string out = "\"";
+    for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return out + "\"";
+  }
   void test(const result& r) {
     const double avg_ts = mean(r.samples_ts), sd_ts = stddev(r.samples_ts);
     const double ratio = r.bound_ts > 0 ? avg_ts / r.bound_ts : 0;
@@ -730,8 +799,9 @@ struct printer {
                     "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         md_header = true;
       }
-      const std::string test = (r.n_prompt ? "pp" + std::to_string(r.n_prompt) : "tg" + std::to_string(r.n_gen)) +
-                               (r.n_depth ? " @ d" + std::to_string(r.n_depth) : "");
+      std::string test = r.n_prompt ? "pp" + std::to_string(r.n_prompt) : "";
+      if (r.n_gen) test += (test.empty() ? "tg" : "+tg") + std::to_string(r.n_gen);
+      if (r.n_depth) test += " @ d" + std::to_string(r.n_depth);
       char gbps[32] = "-";
       if (!r.weights_gbps.empty()) std::snprintf(gbps, sizeof gbps, "%.1f", kestrel::bench::median(r.weights_gbps));
       std::printf("| %s | %.2f MiB | %.2f M | %zu | %s | %.2f ± %.2f | %.2f | %.3f | %s | %.1f MiB | %.1f MiB | %.0f%s |\n",
@@ -743,33 +813,24 @@ struct printer {
       std::fflush(stdout);
       return;
     }
-    std::vector<std::uint64_t> ns = r.samples_ns;
-    char buf[2048];
-    std::snprintf(
-        buf, sizeof buf,
-        "\"build_commit\": \"%s\", \"model_filename\": %s, \"model_type\": %s, \"model_size\": %llu, "
-        "\"model_n_params\": %llu, \"n_threads\": %zu, \"n_prompt\": %zu, \"n_gen\": %zu, \"n_depth\": %zu, "
-        "\"test_time\": \"%s\", "
-        "\"avg_ns\": %.0f, \"stddev_ns\": %.0f, \"avg_ts\": %.6f, \"stddev_ts\": %.6f, \"bound_ts\": %.6f, "
-        "\"bound_ratio\": %.4f, \"peak_rss_bytes\": %llu, \"file_size\": %llu, \"kv_cache_bytes\": %llu, "
-        "\"decode_bytes_per_token\": %llu, \"type_k\": \"%s\", \"type_v\": \"%s\", \"use_mmap\": %s, \"weight_placement\": \"%s\", "
-        "\"weights_copied_bytes\": %llu, \"load_ns\": %llu, ",
-        commit.c_str(), json_string(r.model_filename).c_str(), json_string(r.facts.type).c_str(),
-        static_cast<unsigned long long>(r.facts.size), static_cast<unsigned long long>(r.facts.n_params), r.n_threads,
-        r.n_prompt, r.n_gen, r.n_depth, r.test_time.c_str(), std::floor(mean(ns)), std::floor(stddev(ns)), avg_ts, sd_ts,
-        r.bound_ts, ratio, static_cast<unsigned long long>(r.peak_rss),
-        static_cast<unsigned long long>(r.facts.file_size), static_cast<unsigned long long>(r.kv_bytes),
-        static_cast<unsigned long long>(r.facts.decode_bytes), r.cache_type.c_str(), r.cache_type.c_str(),
-        r.placement == kestrel::weight_placement::file ? "true" : "false", placement_name(r.placement), static_cast<unsigned long long>(r.copied_bytes),
-        static_cast<unsigned long long>(r.load_ns));
-    std::string weights;
-    if (!r.weights_gbps.empty()) {
-      char w[64];
-      std::snprintf(w, sizeof w, ", \"weights_gbps\": %.2f", kestrel::bench::median(r.weights_gbps));
-      weights = w + (", \"samples_weights_gbps\": " + json_list(r.weights_gbps, "%.2f"));
+    const std::vector<field> f = fields(r);
+    if (format == "csv") {
+      std::string header, row;
+      for (const field& x : f) {
+        header += std::string(header.empty() ? "" : ",") + x.name;
+        row += std::string(row.empty() && &x == &f.front() ? "" : ",") + (x.quoted ? csv_quote(x.text) : x.text);
+      }
+      if (!csv_header) std::printf("%s\n", header.c_str());
+      csv_header = true;
+      std::printf("%s\n", row.c_str());
+      std::fflush(stdout);
+      return;
     }
-    object(std::string(buf) + "\"samples_ns\": " + json_list(ns, "%llu") +
-           ", \"samples_ts\": " + json_list(r.samples_ts, "%.6f") + weights);
+    std::string body;
+    for (const field& x : f)
+      if (x.quoted || !x.text.empty()) body += "\"" + std::string(x.name) + "\": " + (x.quoted ? json_string(x.text) : x.text) + ", ";
+    if (!r.weights_gbps.empty()) body += "\"samples_weights_gbps\": " + json_list(r.weights_gbps, "%.2f") + ", ";
+    object(body + "\"samples_ns\": " + json_list(r.samples_ns, "%llu") + ", \"samples_ts\": " + json_list(r.samples_ts, "%.6f"));
   }
   void end() {
     if (format == "json") std::printf("\n]\n");
@@ -783,6 +844,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> models;
   std::vector<long> threads{static_cast<long>(std::max(1u, std::thread::hardware_concurrency()))};
   std::vector<long> prompts{512}, gens{128}, depths{0};
+  std::vector<std::pair<long, long>> prompt_gens;  // -pg
   long reps = 5;
   bool warmup = true;
   kestrel::weight_placement placement = kestrel::weight_placement::automatic;
@@ -802,7 +864,11 @@ int main(int argc, char** argv) {
     } else if (a == "-t" || a == "--threads") threads = numbers(a, value(), 1);
     else if (a == "-p" || a == "--n-prompt") prompts = numbers(a, value(), 0);
     else if (a == "-n" || a == "--n-gen") gens = numbers(a, value(), 0);
-    else if (a == "-d" || a == "--n-depth") depths = numbers(a, value(), 0);
+    else if (a == "-pg" || a == "--n-pg") {
+      const std::vector<long> pg = numbers(a, value(), 1);
+      if (pg.size() != 2) die(std::string(a) + " takes two numbers, P,N (prompt and generated tokens)");
+      prompt_gens.emplace_back(pg[0], pg[1]);
+    } else if (a == "-d" || a == "--n-depth") depths = numbers(a, value(), 0);
     else if (a == "-r" || a == "--repetitions") reps = kestrel::cli::parse_number<long>(a, value());
     else if (a == "-o" || a == "--output") format = std::string(value());
     else if (a == "-mmp" || a == "--mmap")
@@ -817,8 +883,11 @@ int main(int argc, char** argv) {
     }
   }
   if (models.empty()) die("no model given (-m FILE)");
+  for (const auto& m : models)  // before the probes' seconds
+    if (!std::filesystem::is_regular_file(m)) die(m + ": no such file");
   if (reps < 1) die("-r must be >= 1");
-  if (format != "md" && format != "json" && format != "jsonl") die("-o must be md, json or jsonl, got " + format);
+  if (format != "md" && format != "csv" && format != "json" && format != "jsonl")
+    die("-o must be md, csv, json or jsonl, got " + format);
   if (type_k != "f16" && type_k != "f32") die("-ctk must be f16 or f32, got " + type_k);
   if (type_v != type_k) die("-ctv " + type_v + " differs from -ctk " + type_k + ": kestrel's caches hold one type");
 
@@ -852,6 +921,8 @@ int main(int argc, char** argv) {
             if (p > 0) tests.push_back({static_cast<std::size_t>(p), 0, static_cast<std::size_t>(d)});
           for (long n : gens)
             if (n > 0) tests.push_back({0, static_cast<std::size_t>(n), static_cast<std::size_t>(d)});
+          for (const auto& [p, n] : prompt_gens)
+            tests.push_back({static_cast<std::size_t>(p), static_cast<std::size_t>(n), static_cast<std::size_t>(d)});
         }
         for (const auto& [n_prompt, n_gen, n_depth] : tests) {
           result r;
@@ -919,6 +990,9 @@ int main(int argc, char** argv) {
               probe_weights();
             }
             r.peak_rss = peak_rss_bytes();
+            // The bound's seconds: the prompt's at the compute peak plus the
+            // generated tokens' at the weights' read rate (pp+tg both).
+            double bound_s = 0;
             if (n_prompt) {
               // The work a prompt needs: every layer's matrices per token
               // but the last layer's queries, output and FFN (and the output
@@ -928,13 +1002,18 @@ int main(int argc, char** argv) {
                   2.0 * (static_cast<double>(facts.layer_params - facts.last_token_params) +
                          static_cast<double>(facts.last_token_params + facts.output_params) / np);
               const double peak_ops = (facts.quantized ? peak.int8_gops : peak.f32_gflops) * 1e9;
-              r.bound_ts = peak_ops / ops_per_token;
-            } else {
-              // decoding position n_depth + i reads the cache's n_depth + i + 1 positions: their mean
-              const double kv_read = static_cast<double>(kv_bytes_per_pos) * (static_cast<double>(n_depth) +
-                                                                               static_cast<double>(n_gen + 1) / 2);
-              r.bound_ts = kestrel::bench::median(r.weights_gbps) * 1e9 / (static_cast<double>(facts.decode_bytes) + kv_read);
+              bound_s += np * ops_per_token / peak_ops;
             }
+            if (n_gen) {
+              // decoding position p + i (p = n_depth + n_prompt) reads the
+              // cache's p + i + 1 positions: their mean
+              const double kv_read = static_cast<double>(kv_bytes_per_pos) *
+                                     (static_cast<double>(n_depth + n_prompt) + static_cast<double>(n_gen + 1) / 2);
+              const double per_token = (static_cast<double>(facts.decode_bytes) + kv_read) /
+                                       (kestrel::bench::median(r.weights_gbps) * 1e9);
+              bound_s += static_cast<double>(n_gen) * per_token;
+            }
+            r.bound_ts = bound_s > 0 ? static_cast<double>(n_prompt + n_gen) / bound_s : 0;
           };
           if (type_k == "f16")
             run_test(std::type_identity<kestrel::f16_kv_cache>{});
