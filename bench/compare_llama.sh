@@ -13,14 +13,16 @@
 #
 #   bench/compare_llama.sh MODEL... [--llama-bench PATH] [--kestrel-bench PATH]
 #                          [--llama-batched-bench PATH]
-#                          [-t 2] [-r 3] [-p 512] [-n 128] [-d DEPTH] [--rounds 2] [--out DIR]
+#                          [-t 2] [-r 3] [-p 512] [-n 128] [-pg P,N]... [-d DEPTH] [--rounds 2] [--out DIR]
+#
+# -pg P,N (repeatable) adds llama-bench's pp+tg test to both programs' runs.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 llama_bench=/tmp/llama.cpp/build/bin/llama-bench
 kestrel_bench="" batched_bench=""
 threads=2 reps=3 n_prompt=512 n_gen=128 depth="" rounds=2 out=""
-models=()
+models=() pg=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --llama-bench) llama_bench=$2; shift 2 ;;
@@ -30,10 +32,11 @@ while [ $# -gt 0 ]; do
     -r) reps=$2; shift 2 ;;
     -p) n_prompt=$2; shift 2 ;;
     -n) n_gen=$2; shift 2 ;;
+    -pg) pg+=(-pg "$2"); shift 2 ;;
     -d) depth=$2; shift 2 ;;
     --rounds) rounds=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n 2,17p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
     -*) echo "error: unknown option $1" >&2; exit 1 ;;
     *) models+=("$1"); shift ;;
   esac
@@ -53,11 +56,12 @@ mkdir -p "$out"
 
 flags=(-t "$threads" -p "$n_prompt" -n "$n_gen" -r "$reps" -o jsonl)
 [ -z "$depth" ] || flags+=(-d "$depth")
+[ ${#pg[@]} -eq 0 ] || flags+=("${pg[@]}")
 use_batched=""
 if [ -n "$depth" ] && ! "$llama_bench" --help 2>&1 | grep -q -- "--n-depth"; then
   [ -n "$batched_bench" ] || batched_bench=$(dirname "$llama_bench")/llama-batched-bench
   [ -x "$batched_bench" ] || { echo "error: $llama_bench has no --n-depth and llama-batched-bench is not at $batched_bench (pass --llama-batched-bench PATH)" >&2; exit 1; }
-  [ "$n_prompt" = 0 ] || { echo "error: with llama-batched-bench only decode at depth is compared: pass -p 0" >&2; exit 1; }
+  [ "$n_prompt" = 0 ] && [ ${#pg[@]} -eq 0 ] || { echo "error: with llama-batched-bench only decode at depth is compared: pass -p 0 and no -pg" >&2; exit 1; }
   use_batched=1
 fi
 # llama.cpp's run of one file, as -o jsonl lines on stdout.

@@ -52,7 +52,9 @@ def main():
     order = []
 
     def key(r):
-        test = f"pp{r['n_prompt']}" if r["n_prompt"] else f"tg{r['n_gen']}"
+        test = f"pp{r['n_prompt']}" if r["n_prompt"] else ""
+        if r["n_gen"]:
+            test += ("+" if test else "") + f"tg{r['n_gen']}"
         if r.get("n_depth"):
             test += f" @ d{r['n_depth']}"
         return (os.path.basename(r["model_filename"]), test)
