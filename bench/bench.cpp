@@ -817,8 +817,9 @@ struct printer {
     if (format == "csv") {
       std::string header, row;
       for (const field& x : f) {
-        header += std::string(header.empty() ? "" : ",") + x.name;
-        row += std::string(row.empty() && &x == &f.front() ? "" : ",") + (x.quoted ? csv_quote(x.text) : x.text);
+        const char* sep = &x == &f.front() ? "" : ",";
+        header += sep + std::string(x.name);
+        row += sep + (x.quoted ? csv_quote(x.text) : x.text);
       }
       if (!csv_header) std::printf("%s\n", header.c_str());
       csv_header = true;
