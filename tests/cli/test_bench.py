@@ -18,39 +18,17 @@ import subprocess
 import sys
 import tempfile
 
-build = sys.argv[1]
-here = os.path.dirname(os.path.abspath(__file__))
-fixtures = os.environ.get("KESTREL_FIXTURES") or os.path.join(here, "..", "..", "..", "shared", "fixtures")
-bench = os.path.join(build, "bench", "kestrel-bench")
-stories = os.path.join(fixtures, "gguf", "stories260K.gguf")
-failures = 0
-checks = 0
+import clitest
+from clitest import check, fails_with
 
-if not os.path.exists(stories):
-    msg = f"fixtures not found at {fixtures} (set KESTREL_FIXTURES)"
-    if os.environ.get("CI") == "true":
-        print("FAIL:", msg)
-        sys.exit(1)
-    print("SKIPPED:", msg)
-    sys.exit(77)
+build = sys.argv[1]
+bench = os.path.join(build, "bench", "kestrel-bench")
+stories = os.path.join(clitest.fixtures_dir(), "gguf", "stories260K.gguf")
+clitest.require(stories)
 
 
 def run(*args):
     return subprocess.run([bench, *args], capture_output=True, timeout=300)
-
-
-def check(name, ok, detail=""):
-    global failures, checks
-    checks += 1
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else "\n     " + detail))
-    if not ok:
-        failures += 1
-
-
-def fails_with(name, r, *needles):
-    err = r.stderr.decode(errors="replace")
-    ok = r.returncode == 1 and all(n in err for n in needles) and "error:" in err
-    check(name, ok, f"rc={r.returncode} stderr={err[-400:]!r}")
 
 
 # One thread, two repetitions of small tests: pp8, tg4 and pp8+tg4.
@@ -118,5 +96,4 @@ with open(stories, "rb") as f, open(truncated, "wb") as g:
     g.write(f.read()[: 100_000])
 fails_with("truncated model file", run("-m", truncated, "-t", "1", "-p", "8", "-n", "0", "-r", "1"), "truncated.gguf")
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+clitest.finish("kestrel-bench")

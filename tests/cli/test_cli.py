@@ -13,39 +13,25 @@ import os
 import subprocess
 import sys
 
+import clitest
+from clitest import check
+
 build = sys.argv[1]
-here = os.path.dirname(os.path.abspath(__file__))
-fixtures = os.environ.get("KESTREL_FIXTURES") or os.path.join(here, "..", "..", "..", "shared", "fixtures")
+fixtures = clitest.fixtures_dir()
 gen = os.path.join(build, "examples", "kestrel-generate")
 chat = os.path.join(build, "examples", "kestrel-chat")
 tokenize = os.path.join(build, "examples", "kestrel-tokenize")
-failures = 0
-checks = 0
 
 
 def fx(rel):
     return os.path.join(fixtures, rel)
 
 
-if not os.path.exists(fx("gguf/stories260K.gguf")):
-    msg = f"fixtures not found at {fixtures} (set KESTREL_FIXTURES)"
-    if os.environ.get("CI") == "true":
-        print("FAIL:", msg)
-        sys.exit(1)
-    print("SKIPPED:", msg)
-    sys.exit(77)
+clitest.require(fx("gguf/stories260K.gguf"))
 
 
 def run(args, stdin=None):
     return subprocess.run(args, input=stdin, capture_output=True, timeout=120)
-
-
-def check(name, ok, detail=""):
-    global failures, checks
-    checks += 1
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else "\n     " + detail))
-    if not ok:
-        failures += 1
 
 
 ref = json.load(open(fx("llama2c/stories260K_reference_outputs.json")))
@@ -160,5 +146,4 @@ if os.path.exists(tokenize):
 else:
     check("kestrel-tokenize was built", False, tokenize)
 
-print(f"{checks - failures} of {checks} CLI checks passed")
-sys.exit(1 if failures else 0)
+clitest.finish("CLI")

@@ -15,40 +15,19 @@ import subprocess
 import sys
 import tempfile
 
+import clitest
+from clitest import check, fails_with
+
 build = sys.argv[1]
 here = os.path.dirname(os.path.abspath(__file__))
-fixtures = os.environ.get("KESTREL_FIXTURES") or os.path.join(here, "..", "..", "..", "shared", "fixtures")
 exe = {n: os.path.join(build, "examples", "kestrel-" + n) for n in ("quantize", "make-model", "perplexity")}
 text = os.path.join(here, "..", "tools", "data", "stories.txt")
-stories = os.path.join(fixtures, "gguf", "stories260K.gguf")
-failures = 0
-checks = 0
-
-if not os.path.exists(stories):
-    msg = f"fixtures not found at {fixtures} (set KESTREL_FIXTURES)"
-    if os.environ.get("CI") == "true":
-        print("FAIL:", msg)
-        sys.exit(1)
-    print("SKIPPED:", msg)
-    sys.exit(77)
+stories = os.path.join(clitest.fixtures_dir(), "gguf", "stories260K.gguf")
+clitest.require(stories)
 
 
 def run(args):
     return subprocess.run(args, capture_output=True, timeout=300)
-
-
-def check(name, ok, detail=""):
-    global failures, checks
-    checks += 1
-    print(("ok   " if ok else "FAIL ") + name + ("" if ok else "\n     " + detail))
-    if not ok:
-        failures += 1
-
-
-def fails_with(name, r, *needles):
-    err = r.stderr.decode(errors="replace")
-    ok = r.returncode == 1 and all(n in err for n in needles) and "error:" in err
-    check(name, ok, f"rc={r.returncode} stderr={err[-400:]!r}")
 
 
 tmp = tempfile.mkdtemp(prefix="kestrel-tools-")
@@ -119,5 +98,4 @@ fails_with("perplexity: text shorter than one chunk", run([exe["perplexity"], "-
            "fewer than one chunk of -c 128")
 fails_with("perplexity: missing text", run([exe["perplexity"], "-m", stories, "-f", os.path.join(tmp, "nope.txt")]), "nope.txt")
 
-print(f"{checks - failures} passed, {failures} failed")
-sys.exit(1 if failures else 0)
+clitest.finish("tools")
