@@ -4,8 +4,9 @@
 // the same process, each test's bound (tokens/s the hardware allows) and
 // bound ratio, and the peak RSS against file size + KV cache.
 //
-//   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-pg 512,128] [-d 0,2048] [-r 5]
-//                 [-o md|csv|json|jsonl] [--mmap 0|1] [-ctk f16|f32] [-ctv f16|f32] [--no-warmup]
+//   kestrel-bench -m FILE [-m FILE...] [-t 2,4] [-p 512] [-n 128] [-pg 512,128] [-d 0,2048] [-b 2048]
+//                 [-ub 512] [-r 5] [-o md|csv|json|jsonl] [--mmap 0|1] [-ctk f16|f32] [-ctv f16|f32]
+//                 [--no-warmup]
 //
 // -ctk / -ctv (llama-bench's cache types) choose the KV cache's element
 // type: f16 by default, as llama-bench (kestrel::f16_kv_cache), or f32
@@ -34,6 +35,13 @@
 // its bound the time of the pp bound's P tokens plus the tg bound's N. A
 // warm-up run (the full prompt for pp, one token for tg, both for pp+tg)
 // precedes the r timed repetitions.
+//
+// -b and -ub (llama-bench's batch and micro-batch sizes, lists): a prompt
+// goes to the model in calls of min(b, ub) tokens (llama.cpp's ubatches;
+// the depth's tokens too, untimed). The model itself prefills at most
+// llama_model::max_prefill_chunk (512) tokens per pass, so -ub is at most
+// that; the defaults, 2048 and 512, are llama-bench's, and what the model
+// does alone. JSON fields n_batch and n_ubatch.
 //
 // Output: md (a table, the default), csv (llama-bench's: a header of the
 // field names, then one row per test; the probes' figures are in the
@@ -96,6 +104,10 @@ namespace {
 
 using kestrel::bench::json_string;
 
+/// The most tokens the model prefills per pass (-ub's limit).
+constexpr std::size_t model_chunk =
+    kestrel::llama_model<kestrel::dynamic_llama_config, kestrel::cpu_backend, kestrel::f16_kv_cache>::max_prefill_chunk;
+
 const char* usage =
     "usage: kestrel-bench [options]\n"
     "  -m, --model FILE        model file; repeatable or comma-separated\n"
@@ -105,6 +117,8 @@ const char* usage =
     "  -pg, --n-pg P,N         a test of P prompt tokens then N generated ones (pp P + tg N);\n"
     "                          repeatable (default: none)\n"
     "  -d, --n-depth N,...     tokens already in the KV cache when a test starts (default: 0)\n"
+    "  -b, --batch-size N,...  logical batch: tokens per prefill call at most (default: 2048)\n"
+    "  -ub, --ubatch-size N,... tokens per prefill pass, at most 512 (default: 512)\n"
     "  -r, --repetitions N     timed repetitions per test (default: 5)\n"
     "  -o, --output md|csv|json|jsonl  (default: md)\n"
     "  -mmp, --mmap 0|1        1: weights read in place from the file mapping; 0: copied into\n"
@@ -662,7 +676,7 @@ std::string utc_now() {
 struct result {
   std::string model_filename;
   model_facts facts;
-  std::size_t n_threads = 0, n_prompt = 0, n_gen = 0, n_depth = 0;
+  std::size_t n_threads = 0, n_prompt = 0, n_gen = 0, n_depth = 0, n_batch = 0, n_ubatch = 0;
   std::string test_time;
   std::vector<std::uint64_t> samples_ns;
   std::vector<double> samples_ts;
@@ -758,6 +772,8 @@ struct printer {
         {"model_type", r.facts.type, true},
         {"model_size", u64(r.facts.size), false},
         {"model_n_params", u64(r.facts.n_params), false},
+        {"n_batch", u64(r.n_batch), false},
+        {"n_ubatch", u64(r.n_ubatch), false},
         {"n_threads", u64(r.n_threads), false},
         {"n_prompt", u64(r.n_prompt), false},
         {"n_gen", u64(r.n_gen), false},
@@ -802,6 +818,8 @@ struct printer {
       std::string test = r.n_prompt ? "pp" + std::to_string(r.n_prompt) : "";
       if (r.n_gen) test += (test.empty() ? "tg" : "+tg") + std::to_string(r.n_gen);
       if (r.n_depth) test += " @ d" + std::to_string(r.n_depth);
+      if (r.n_prompt && std::min(r.n_batch, r.n_ubatch) < model_chunk)
+        test += " ub" + std::to_string(std::min(r.n_batch, r.n_ubatch));
       char gbps[32] = "-";
       if (!r.weights_gbps.empty()) std::snprintf(gbps, sizeof gbps, "%.1f", kestrel::bench::median(r.weights_gbps));
       std::printf("| %s | %.2f MiB | %.2f M | %zu | %s | %.2f ± %.2f | %.2f | %.3f | %s | %.1f MiB | %.1f MiB | %.0f%s |\n",
@@ -846,6 +864,7 @@ int main(int argc, char** argv) {
   std::vector<long> threads{static_cast<long>(std::max(1u, std::thread::hardware_concurrency()))};
   std::vector<long> prompts{512}, gens{128}, depths{0};
   std::vector<std::pair<long, long>> prompt_gens;  // -pg
+  std::vector<long> batches{2048}, ubatches{512};
   long reps = 5;
   bool warmup = true;
   kestrel::weight_placement placement = kestrel::weight_placement::automatic;
@@ -870,6 +889,8 @@ int main(int argc, char** argv) {
       if (pg.size() != 2) die(std::string(a) + " takes two numbers, P,N (prompt and generated tokens)");
       prompt_gens.emplace_back(pg[0], pg[1]);
     } else if (a == "-d" || a == "--n-depth") depths = numbers(a, value(), 0);
+    else if (a == "-b" || a == "--batch-size") batches = numbers(a, value(), 1);
+    else if (a == "-ub" || a == "--ubatch-size") ubatches = numbers(a, value(), 1);
     else if (a == "-r" || a == "--repetitions") reps = kestrel::cli::parse_number<long>(a, value());
     else if (a == "-o" || a == "--output") format = std::string(value());
     else if (a == "-mmp" || a == "--mmap")
@@ -891,6 +912,10 @@ int main(int argc, char** argv) {
     die("-o must be md, csv, json or jsonl, got " + format);
   if (type_k != "f16" && type_k != "f32") die("-ctk must be f16 or f32, got " + type_k);
   if (type_v != type_k) die("-ctv " + type_v + " differs from -ctk " + type_k + ": kestrel's caches hold one type");
+  for (long ub : ubatches)
+    if (ub > static_cast<long>(model_chunk))
+      die("-ub " + std::to_string(ub) + " is more than the " + std::to_string(model_chunk) +
+          " tokens the model prefills per pass");
 
   printer out{format, build_commit()};
   out.begin();
@@ -915,17 +940,20 @@ int main(int argc, char** argv) {
       for (std::size_t ti = 0; ti < threads.size(); ++ti) {
         const std::size_t n_threads = static_cast<std::size_t>(threads[ti]);
         const compute_probe& peak = probes[ti].second;
-        struct test_shape { std::size_t n_prompt, n_gen, n_depth; };
+        struct test_shape { std::size_t n_prompt, n_gen, n_depth, n_batch, n_ubatch; };
         std::vector<test_shape> tests;
-        for (long d : depths) {
-          for (long p : prompts)
-            if (p > 0) tests.push_back({static_cast<std::size_t>(p), 0, static_cast<std::size_t>(d)});
-          for (long n : gens)
-            if (n > 0) tests.push_back({0, static_cast<std::size_t>(n), static_cast<std::size_t>(d)});
-          for (const auto& [p, n] : prompt_gens)
-            tests.push_back({static_cast<std::size_t>(p), static_cast<std::size_t>(n), static_cast<std::size_t>(d)});
-        }
-        for (const auto& [n_prompt, n_gen, n_depth] : tests) {
+        for (long b : batches)
+          for (long ub : ubatches)
+            for (long d : depths) {
+              const auto D = static_cast<std::size_t>(d), Bt = static_cast<std::size_t>(b), U = static_cast<std::size_t>(ub);
+              for (long p : prompts)
+                if (p > 0) tests.push_back({static_cast<std::size_t>(p), 0, D, Bt, U});
+              for (long n : gens)
+                if (n > 0) tests.push_back({0, static_cast<std::size_t>(n), D, Bt, U});
+              for (const auto& [p, n] : prompt_gens)
+                tests.push_back({static_cast<std::size_t>(p), static_cast<std::size_t>(n), D, Bt, U});
+            }
+        for (const auto& [n_prompt, n_gen, n_depth, n_batch, n_ubatch] : tests) {
           result r;
           r.model_filename = path;
           r.facts = facts;
@@ -933,6 +961,10 @@ int main(int argc, char** argv) {
           r.n_prompt = n_prompt;
           r.n_gen = n_gen;
           r.n_depth = n_depth;
+          r.n_batch = n_batch;
+          r.n_ubatch = n_ubatch;
+          // tokens per prefill call, as llama.cpp's ubatches
+          const std::size_t chunk = std::min(n_batch, n_ubatch);
           r.test_time = utc_now();
           const std::size_t n_ctx = n_depth + n_prompt + n_gen;
           r.cache_type = type_k;
@@ -951,14 +983,18 @@ int main(int argc, char** argv) {
             // The first token of an empty cache is BOS where the vocabulary adds one.
             auto first_token = [&] { return add_bos && model.n_past() == 0 ? bos : random_token(); };
             std::vector<kestrel::token_id> depth(n_depth), prompt(n_prompt);
+            auto prefill = [&](std::span<const kestrel::token_id> tokens) {  // in calls of chunk tokens
+              for (std::size_t at = 0; at < tokens.size(); at += chunk)
+                model.prefill(tokens.subspan(at, std::min(chunk, tokens.size() - at)));
+            };
             auto fill_depth = [&] {  // untimed: the cache at depth n_depth
               model.reset();
               for (std::size_t i = 0; i < n_depth; ++i) depth[i] = i == 0 ? first_token() : random_token();
-              if (n_depth) model.prefill(depth);
+              prefill(depth);
             };
             auto run_prompt = [&] {
               for (std::size_t i = 0; i < n_prompt; ++i) prompt[i] = i == 0 ? first_token() : random_token();
-              model.prefill(prompt);
+              prefill(prompt);
             };
             auto run_gen = [&](std::size_t n) {
               kestrel::token_id t = first_token();
@@ -997,13 +1033,15 @@ int main(int argc, char** argv) {
             if (n_prompt) {
               // The work a prompt needs: every layer's matrices per token
               // but the last layer's queries, output and FFN (and the output
-              // matrix) for the last token alone; attention not counted.
+              // matrix) for each pass's last token alone (a pass: a prefill
+              // call's chunk of at most max_prefill_chunk); attention not counted.
               const double np = static_cast<double>(n_prompt);
-              const double ops_per_token =
-                  2.0 * (static_cast<double>(facts.layer_params - facts.last_token_params) +
-                         static_cast<double>(facts.last_token_params + facts.output_params) / np);
+              const std::size_t per_pass = std::min(chunk, model_chunk);
+              const double passes = static_cast<double>((n_prompt + per_pass - 1) / per_pass);
+              const double ops = 2.0 * (np * static_cast<double>(facts.layer_params - facts.last_token_params) +
+                                        passes * static_cast<double>(facts.last_token_params + facts.output_params));
               const double peak_ops = (facts.quantized ? peak.int8_gops : peak.f32_gflops) * 1e9;
-              bound_s += np * ops_per_token / peak_ops;
+              bound_s += ops / peak_ops;
             }
             if (n_gen) {
               // decoding position p + i (p = n_depth + n_prompt) reads the

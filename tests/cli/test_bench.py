@@ -36,7 +36,8 @@ tests = ["-m", stories, "-t", "1", "-p", "8", "-n", "4", "-pg", "8,4", "-r", "2"
 want = [(8, 0), (0, 4), (8, 4)]  # (n_prompt, n_gen) in the order they run
 
 # llama-bench's fields (the ones kestrel-bench has), then kestrel's.
-llama_fields = ["build_commit", "model_filename", "model_type", "model_size", "model_n_params", "n_threads",
+llama_fields = ["build_commit", "model_filename", "model_type", "model_size", "model_n_params", "n_batch",
+                "n_ubatch", "n_threads",
                 "n_prompt", "n_gen", "test_time", "avg_ns", "stddev_ns", "avg_ts", "stddev_ts", "type_k", "type_v",
                 "use_mmap"]
 
@@ -82,7 +83,18 @@ out = r.stdout.decode()
 check("md: a table with pp8, tg4 and pp8+tg4",
       r.returncode == 0 and "| pp8 |" in out and "| tg4 |" in out and "| pp8+tg4 |" in out, out[-600:])
 
+# -b / -ub: a test per size; the prompt goes in calls of min(b, ub) tokens.
+r = run("-m", stories, "-t", "1", "-p", "8", "-n", "0", "-ub", "3,512", "-r", "1", "-o", "jsonl")
+rows = [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip() and "probe" not in line]
+check("-ub 3,512: a pp8 test for each, n_batch 2048", r.returncode == 0 and
+      [(x["n_prompt"], x["n_ubatch"], x["n_batch"]) for x in rows] == [(8, 3, 2048), (8, 512, 2048)], r.stdout.decode()[-400:])
+r = run("-m", stories, "-t", "1", "-p", "8", "-n", "0", "-b", "4", "-r", "1")
+check("-b 4: the md table names the test's passes", r.returncode == 0 and "| pp8 ub4 |" in r.stdout.decode(),
+      r.stdout.decode()[-300:])
+
 # Bad input: exit 1, an error naming the problem, no crash.
+fails_with("-ub above the model's pass", run("-m", stories, "-ub", "1024"), "-ub 1024", "512")
+fails_with("-b 0", run("-m", stories, "-b", "0"), "-b values must be >= 1")
 fails_with("-pg with one number", run("-m", stories, "-pg", "8"), "-pg takes two numbers")
 fails_with("-pg with a zero", run("-m", stories, "-pg", "8,0"), "-pg values must be >= 1")
 fails_with("-pg not numbers", run("-m", stories, "-pg", "a,4"), "-pg", "'a' is not a valid number")
