@@ -807,9 +807,9 @@ struct printer {
     return out + "\"";
   }
   void test(const result& r) {
-    const double avg_ts = mean(r.samples_ts), sd_ts = stddev(r.samples_ts);
-    const double ratio = r.bound_ts > 0 ? avg_ts / r.bound_ts : 0;
     if (format == "md") {
+      const double avg_ts = mean(r.samples_ts), sd_ts = stddev(r.samples_ts);
+      const double ratio = r.bound_ts > 0 ? avg_ts / r.bound_ts : 0;
       if (!md_header) {
         std::printf("\n| model | size | params | threads | test | t/s | bound t/s | bound ratio | weights GB/s | peak RSS | file + KV | load ms |\n"
                     "| --- | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
@@ -1033,11 +1033,10 @@ int main(int argc, char** argv) {
             if (n_prompt) {
               // The work a prompt needs: every layer's matrices per token
               // but the last layer's queries, output and FFN (and the output
-              // matrix) for each pass's last token alone (a pass: a prefill
-              // call's chunk of at most max_prefill_chunk); attention not counted.
+              // matrix) for each pass's last token alone (a pass: one prefill
+              // call, chunk <= model_chunk tokens); attention not counted.
               const double np = static_cast<double>(n_prompt);
-              const std::size_t per_pass = std::min(chunk, model_chunk);
-              const double passes = static_cast<double>((n_prompt + per_pass - 1) / per_pass);
+              const double passes = static_cast<double>((n_prompt + chunk - 1) / chunk);
               const double ops = 2.0 * (np * static_cast<double>(facts.layer_params - facts.last_token_params) +
                                         passes * static_cast<double>(facts.last_token_params + facts.output_params));
               const double peak_ops = (facts.quantized ? peak.int8_gops : peak.f32_gflops) * 1e9;
