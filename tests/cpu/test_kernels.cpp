@@ -656,6 +656,58 @@ TEST_CASE("cpu: matvec_fused quantizes x once only for matrices that take the sa
   }
 }
 
+TEST_CASE("cpu: float decode products in fixed chunks (float_decode_for) give one thread's bits") {
+  // Threads split rows, never a row's sum, so any chunking gives the bits of
+  // one thread: chunks from below one row block to the whole matrix, and
+  // the host's default (float_decode_chunk_bytes; 512 KiB on AMD with
+  // AVX-512) through matvec, matvec_fused and matvec_swiglu on matrices
+  // larger than a chunk.
+  cpu::thread_pool pool2(2), pool3(3);
+  for (kestrel::dtype t : {kestrel::dtype::f32, kestrel::dtype::f16, kestrel::dtype::bf16}) {
+    const std::size_t rows = 1003, cols = 300;
+    kestrel::test::random_weight w(t, rows, cols, 11);
+    const auto x = random_floats(cols, 12, -2.0f, 2.0f);
+    std::vector<float> want(rows);
+    cpu::matvec(w.view, x.data(), want.data(), nullptr);
+    const std::size_t blocks = (rows + 3) / 4;
+    for (std::size_t chunk_bytes : {std::size_t{0}, std::size_t{1}, std::size_t{4096}, std::size_t{1} << 19,
+                                    std::size_t{1} << 30})
+      for (cpu::thread_pool* pool : {&pool2, &pool3}) {
+        std::vector<float> got(rows, -1.0f);
+        cpu::visit_weight(w.view, [&](const auto* data) {
+          cpu::detail::float_decode_for(
+              pool, blocks, 4 * cols * sizeof(*data), rows * cols,
+              [&](std::size_t b0, std::size_t b1) {
+                cpu::detail::matvec_rows(data, cols, x.data(), got.data(), 4 * b0, std::min(rows, 4 * b1));
+              },
+              chunk_bytes);
+        });
+        INFO(kestrel::name_of(t) << " chunk_bytes " << chunk_bytes << " threads " << pool->size());
+        CHECK(got == want);
+      }
+
+    // The defaults, on matrices of 1.2-4.8 MiB (several 512 KiB chunks).
+    const std::size_t big_rows = 2048, big_cols = 600;
+    kestrel::test::random_weight a(t, big_rows, big_cols, 21), b(t, big_rows, big_cols, 22);
+    const auto xb = random_floats(big_cols, 23, -2.0f, 2.0f);
+    std::vector<float> wa(big_rows), wb(big_rows), ga(big_rows, -1.0f), gb(big_rows, -1.0f), h(big_rows, -1.0f),
+        scratch(big_rows), want_h(big_rows);
+    cpu::matvec(a.view, xb.data(), wa.data(), nullptr);
+    cpu::matvec(b.view, xb.data(), wb.data(), nullptr);
+    cpu::matvec(a.view, xb.data(), ga.data(), &pool3);
+    INFO(kestrel::name_of(t));
+    CHECK(ga == wa);
+    ga.assign(big_rows, -1.0f);
+    const cpu::matvec_job jobs[2] = {{&a.view, ga.data()}, {&b.view, gb.data()}};
+    cpu::matvec_fused(jobs, xb.data(), &pool2);
+    CHECK(ga == wa);
+    CHECK(gb == wb);
+    cpu::swiglu(want_h.data(), wa.data(), wb.data(), big_rows);
+    cpu::matvec_swiglu(a.view, b.view, xb.data(), h.data(), scratch.data(), &pool2);
+    CHECK(h == want_h);
+  }
+}
+
 TEST_CASE("cpu: matvec_fused and matvec_swiglu == matvec per matrix (exact), every pool size") {
   // Fusing only changes which thread computes a row, never a row's sum:
   // a row's operations do not depend on the rows read beside it, so the

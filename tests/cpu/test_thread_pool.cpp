@@ -96,6 +96,67 @@ TEST_CASE("cpu: thread_pool's rounds cap: 0 gives each thread its share; paralle
   }
 }
 
+TEST_CASE("cpu: thread_pool's fixed chunks (parallel_for_chunks) cover every index once, chunk after chunk") {
+  for (std::size_t threads : {1, 2, 3}) {
+    cpu::thread_pool pool(threads);
+    for (std::size_t n : {0, 1, 5, 100, 1000})
+      for (std::size_t chunk : {0, 1, 3, 64, 5000}) {
+        std::vector<std::atomic<int>> hits(n);
+        std::mutex m;
+        std::vector<std::pair<std::size_t, std::size_t>> chunks;
+        pool.parallel_for_chunks(n, chunk, [&](std::size_t b, std::size_t e) {
+          for (std::size_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
+          std::lock_guard lock(m);
+          chunks.emplace_back(b, e);
+        });
+        INFO("threads " << threads << " n " << n << " chunk " << chunk);
+        std::size_t bad = 0;
+        for (auto& h : hits) bad += h.load() != 1;
+        CHECK(bad == 0);
+        if (n == 0) {
+          CHECK(chunks.empty());
+          continue;
+        }
+        if (threads == 1 || n == 1) {  // inline: one call over everything
+          CHECK(chunks.size() == 1);
+          continue;
+        }
+        const std::size_t c = std::max<std::size_t>(chunk, 1);
+        CHECK(chunks.size() == (n + c - 1) / c);
+        for (auto [b, e] : chunks) {
+          CHECK(b % c == 0);
+          CHECK(e == std::min(n, b + c));
+        }
+      }
+    // More items than the claim counter holds chunks of the size asked for:
+    // the chunks grow to ceil(n / max_chunks).
+    const std::size_t n = 3 * cpu::thread_pool::max_chunks + 5;
+    std::atomic<std::size_t> calls{0}, items{0}, longest{0};
+    pool.parallel_for_chunks(n, 1, [&](std::size_t b, std::size_t e) {
+      calls += 1;
+      items += e - b;
+      std::size_t l = longest.load();
+      while (e - b > l && !longest.compare_exchange_weak(l, e - b)) {
+      }
+    });
+    INFO("threads " << threads);
+    CHECK(items == n);
+    if (threads > 1) {
+      CHECK(calls <= cpu::thread_pool::max_chunks);
+      CHECK(longest == 4);
+    }
+  }
+  // An exception in a chunk reaches the caller after the other chunks, and
+  // the pool goes on.
+  cpu::thread_pool pool(2);
+  CHECK_THROWS_AS(pool.parallel_for_chunks(100, 10, [](std::size_t b, std::size_t) {
+    if (b == 50) throw std::runtime_error("chunk failed");
+  }), std::runtime_error);
+  std::atomic<std::size_t> total{0};
+  pool.parallel_for_chunks(100, 10, [&](std::size_t b, std::size_t e) { total += e - b; });
+  CHECK(total == 100);
+}
+
 TEST_CASE("cpu: thread_pool survives many back-to-back calls") {
   for (std::size_t threads : {2, 3, 4}) {
     cpu::thread_pool pool(threads);

@@ -158,6 +158,51 @@ inline constexpr std::size_t row_block(dtype t) noexcept {
   return panel_rows(t) > 1 ? decode_panels * panel_rows(t) : matvec_row_block;
 }
 
+/// Bytes of weights per chunk when threads split a float decode product
+/// (float_decode_for); 0: the pool's guided schedule, as every other product.
+///
+/// The guided chunks (thread_pool::chunk_begin) start the two threads a
+/// quarter of the matrix apart and end them within 1/32 of it. llama.cpp's
+/// threads claim 64-row chunks instead, and on the Zen 4 host its f16 decode
+/// read TinyLlama's weights about 12% faster than kestrel's (bench/README.md).
+/// A /tmp harness (the decode's f16 matrices in place, 2 threads, the
+/// kernels alternated) put the difference in the split, not the kernel:
+/// the pairs kernel in 64-row chunks claimed in order read 1.03-1.16x as
+/// fast as in the guided chunks (7 runs), llama.cpp's loop (one row at a
+/// time, x in f16) in the same chunks 1.05-1.12x; the same 64-row chunks
+/// dealt out in turn (thread t taking t, t + 2, ...) 0.96-0.97x. End to
+/// end (bench/ab_decode.sh, token time over the guided chunks' in the same
+/// process, median [quartiles]), chunks of 64 KiB / 256 KiB / 512 KiB / 1
+/// MiB: TinyLlama f16 1.14 / 0.92-0.97 / 0.89-0.93 / 0.97; with 512 KiB
+/// TinyLlama f32 0.79 [0.77, 0.92], 110M f16 0.96 [0.87, 1.04], 110M f32
+/// 0.93 [0.79, 1.02]. The quantized decode kernels gained nothing so
+/// (TinyLlama Q4_K_M 1.02, q8_0 1.01 with 256 KiB) and keep the guided
+/// chunks. Measured on AMD with
+/// AVX-512 only (row_streams::pairs): Intel (row_streams::wide, eight streams
+/// a thread) and AVX2 builds keep the guided chunks until measured.
+inline std::size_t float_decode_chunk_bytes() noexcept {
+#if defined(__AVX512F__)
+  return host_row_streams() == row_streams::pairs ? std::size_t{512} << 10 : 0;
+#else
+  return 0;
+#endif
+}
+
+/// Runs f over [0, n) units of unit_bytes of float weights each, `work`
+/// multiply-adds in all, for a decode product: on the pool in chunks of about
+/// chunk_bytes (whole units, at least one) claimed in order, or with
+/// parallel_for's guided chunks when chunk_bytes is 0; inline below
+/// min_parallel_work. A row's result never depends on the split, so neither
+/// do the bits.
+template <class F>
+inline void float_decode_for(thread_pool* pool, std::size_t n, std::size_t unit_bytes, std::size_t work, F&& f,
+                             std::size_t chunk_bytes = float_decode_chunk_bytes()) {
+  if (pool && work >= min_parallel_work && chunk_bytes != 0)
+    pool->parallel_for_chunks(n, chunk_bytes / std::max<std::size_t>(1, unit_bytes), std::forward<F>(f));
+  else
+    parallel_for(pool, n, std::forward<F>(f), work);
+}
+
 }  // namespace detail
 
 /// y = W x. w: (rows, cols) of f32, f16 or bf16; x: (cols); y: (rows).
@@ -168,11 +213,12 @@ inline void matvec(const weight_view& w, const float* x, float* y, thread_pool* 
   visit_weight(w, [&](const auto* data) {
     const std::size_t rows = w.rows, cols = w.cols;
     const std::size_t blocks = (rows + detail::matvec_row_block - 1) / detail::matvec_row_block;
-    parallel_for(pool, blocks, [&](std::size_t b0, std::size_t b1) {
-      const std::size_t r0 = b0 * detail::matvec_row_block;
-      const std::size_t r1 = std::min(rows, b1 * detail::matvec_row_block);
-      detail::matvec_rows(data, cols, x, y, r0, r1);
-    }, rows * cols);
+    detail::float_decode_for(pool, blocks, detail::matvec_row_block * cols * sizeof(*data), rows * cols,
+                             [&](std::size_t b0, std::size_t b1) {
+                               const std::size_t r0 = b0 * detail::matvec_row_block;
+                               const std::size_t r1 = std::min(rows, b1 * detail::matvec_row_block);
+                               detail::matvec_rows(data, cols, x, y, r0, r1);
+                             });
   });
 }
 
@@ -247,8 +293,13 @@ inline void matvec_fused(std::span<const matvec_job> jobs, const float* x, threa
     work += j.w->rows * j.w->cols;
   }
   const void* acts = detail::shared_acts(jobs, x);
-  parallel_for(pool, blocks, [&](std::size_t b0, std::size_t b1) { detail::matvec_jobs_blocks(jobs, x, b0, b1, acts); },
-               work);
+  auto run = [&](std::size_t b0, std::size_t b1) { detail::matvec_jobs_blocks(jobs, x, b0, b1, acts); };
+  if (std::none_of(jobs.begin(), jobs.end(), [](const matvec_job& j) { return is_quantized(j.w->type); })) {
+    std::size_t bytes = 0;
+    for (const matvec_job& j : jobs) bytes += j.w->bytes();
+    return detail::float_decode_for(pool, blocks, bytes / std::max<std::size_t>(1, blocks), work, run);
+  }
+  parallel_for(pool, blocks, run, work);
 }
 
 /// h = silu(gate x) * (up x), the SwiGLU feed-forward's first half, in one
@@ -264,12 +315,17 @@ inline void matvec_swiglu(const weight_view& gate, const weight_view& up, const 
   const std::size_t rb = std::max(detail::row_block(gate.type), detail::row_block(up.type));
   const matvec_job jobs[2] = {{&gate, h}, {&up, up_scratch}};
   const void* acts = detail::shared_acts(jobs, x);
-  parallel_for(pool, (rows + rb - 1) / rb, [&](std::size_t b0, std::size_t b1) {
+  const std::size_t blocks = (rows + rb - 1) / rb, work = 2 * rows * gate.cols;
+  auto run = [&](std::size_t b0, std::size_t b1) {
     const std::size_t r0 = b0 * rb, r1 = std::min(rows, b1 * rb);
     detail::matvec_row_range(gate, x, h, r0, r1, acts);
     detail::matvec_row_range(up, x, up_scratch, r0, r1, acts);
     swiglu(h + r0, h + r0, up_scratch + r0, r1 - r0);
-  }, 2 * rows * gate.cols);
+  };
+  if (!is_quantized(gate.type) && !is_quantized(up.type))
+    return detail::float_decode_for(pool, blocks, (gate.bytes() + up.bytes()) / std::max<std::size_t>(1, blocks), work,
+                                    run);
+  parallel_for(pool, blocks, run, work);
 }
 
 }  // namespace kestrel::cpu

@@ -118,6 +118,28 @@ class thread_pool {
   /// another thread's call on this pool is running.
   template <class F>
   void parallel_for(std::size_t n, F&& f, std::size_t max_r = max_rounds) {
+    run(n, std::forward<F>(f), rounds(n, max_r), 0);
+  }
+
+  /// The most chunks one call can have (the claim counter's 16 bits).
+  static constexpr std::size_t max_chunks = 0xffff;
+
+  /// As parallel_for, but in chunks of `chunk` items each (the last one
+  /// shorter), claimed in order: [0, chunk), [chunk, 2 chunk), ... A chunk
+  /// of 0 counts as 1, and one too small for max_chunks chunks is enlarged
+  /// to ceil(n / max_chunks). For decode's float products, whose threads
+  /// then read neighbouring stretches of a matrix and share its end to
+  /// within one chunk (cpu/matvec.hpp, float_decode_for).
+  template <class F>
+  void parallel_for_chunks(std::size_t n, std::size_t chunk, F&& f) {
+    run(n, std::forward<F>(f), 0, std::max({chunk, std::size_t{1}, (n + max_chunks - 1) / max_chunks}));
+  }
+
+ private:
+  /// One call: the guided schedule of r rounds (chunk_begin_in) when chunk
+  /// is 0, else chunks of `chunk` items.
+  template <class F>
+  void run(std::size_t n, F&& f, std::size_t r, std::size_t chunk) {
     if (n == 0) return;
     if (n_threads_ == 1 || n == 1 || current_pool() == this) {
       f(std::size_t{0}, n);
@@ -134,12 +156,12 @@ class thread_pool {
       ~release_busy() { busy.store(false, std::memory_order_release); }
     } const release{busy_};
     using fn_t = std::remove_reference_t<F>;
-    const std::size_t r = rounds(n, max_r);
-    const std::uint64_t total = chunk_count_in(n, r);
+    const std::uint64_t total = chunk ? (n + chunk - 1) / chunk : chunk_count_in(n, r);
     job_fn_ = [](void* ctx, std::size_t b, std::size_t e) { (*static_cast<fn_t*>(ctx))(b, e); };
     job_ctx_ = const_cast<void*>(static_cast<const void*>(std::addressof(f)));
     job_n_ = n;
     job_rounds_ = r;
+    job_chunk_ = chunk;
     error_ = nullptr;
     done_chunks_.store(0, std::memory_order_relaxed);
     // Publishing the new generation (with its chunk count, next chunk 0)
@@ -171,7 +193,6 @@ class thread_pool {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
- private:
   // A few tens of microseconds of spinning (PAUSE is ~10-140 cycles): longer
   // than the gap between two kernels of a layer, short enough not to starve
   // other threads when the pool has more threads than cores.
@@ -222,8 +243,9 @@ class thread_pool {
       const std::uint64_t total = (s >> 16) & 0xffff, next = s & 0xffff;
       if (next >= total) return;
       if (!state_.compare_exchange_weak(s, s + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-      const std::size_t n = job_n_, r = job_rounds_;
-      const std::size_t b = chunk_begin_in(next, n, r), e = chunk_begin_in(next + 1, n, r);
+      const std::size_t n = job_n_, r = job_rounds_, c = job_chunk_;
+      const std::size_t b = c ? std::min(n, next * c) : chunk_begin_in(next, n, r);
+      const std::size_t e = c ? std::min(n, (next + 1) * c) : chunk_begin_in(next + 1, n, r);
       thread_pool* const outer = std::exchange(current_pool(), this);
       try {
         job_fn_(job_ctx_, b, e);
@@ -290,6 +312,7 @@ class thread_pool {
   void* job_ctx_ = nullptr;
   std::size_t job_n_ = 0;
   std::size_t job_rounds_ = 0;  // rounds(job_n_, the call's max_r)
+  std::size_t job_chunk_ = 0;   // items per chunk (parallel_for_chunks), or 0: guided
 
   std::uint32_t generation_ = 0;        // the current call's number; written by the caller only
   std::atomic<std::uint64_t> state_{0};  // (generation << 32 | chunks << 16 | next chunk to claim)
