@@ -58,7 +58,9 @@
 // The read bandwidth is that of the weights themselves: streaming reads of
 // the decode matrices where the model placed them, each thread's share as
 // two streams side by side (as decode reads its rows; eight on Intel with
-// AVX-512, cpu/streaming.hpp, where decode reads eight), two before the first
+// AVX-512, cpu/streaming.hpp, where decode reads eight; on AMD with AVX-512
+// chunks of 512 KiB claimed in order, each as two streams, as decode splits
+// its float products there, cpu/matvec.hpp), two before the first
 // repetition and two after each (untimed; median; JSON weights_gbps and
 // samples_weights_gbps, table column "weights GB/s"). The 1 GiB probe's
 // fresh buffer reads at 28 to 54 GB/s on this shared host depending on where
@@ -97,6 +99,7 @@
 #include "../examples/common/cli.hpp"
 #include "common.hpp"
 #include "build_info.h"
+#include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/streaming.hpp"
 #include "kestrel/quant/mix.hpp"
 
@@ -462,16 +465,38 @@ byte_runs decode_matrices(const kestrel::llama_weights& w) {
 /// reads it once per token, from whatever cache level holds it), so that
 /// starting the threads (~0.1 ms) stays small against the reading: a 1 MB
 /// model read once measured 10 GB/s and a bound ratio of 3.6.
+/// Where decode splits its float products in chunks claimed in order
+/// (cpu/matvec.hpp, float_decode_for: AMD with AVX-512), the probe does
+/// too: the threads claim chunks of the same size of the matrices laid end
+/// to end, each read as two halves side by side. There one share per thread
+/// (the threads half the weights apart) read slower than the chunks: on the
+/// Zen 4 host llama.cpp read TinyLlama f16 / f32 at 1.13 / 1.06 of that
+/// bound (bench/README.md, the run at f3471ae).
 double probe_weights_once(const byte_runs& mats, std::size_t n_threads) {
   std::size_t total = 0;
   for (const auto& m : mats) total += m.size();
   if (total == 0) return 0;
-  const auto parts = thread_parts(mats, n_threads, probe_streams());
+  const std::size_t chunk = kestrel::cpu::detail::float_decode_chunk_bytes();
+  std::vector<std::vector<byte_runs>> parts;
+  if (chunk == 0) {
+    parts = thread_parts(mats, n_threads, probe_streams());
+  } else {
+    for (std::size_t lo = 0; lo < total; lo += chunk) {
+      const std::size_t hi = std::min(total, lo + chunk), mid = lo + (hi - lo) / 2;
+      parts.push_back({slice_runs(mats, lo, mid), slice_runs(mats, mid, hi)});
+    }
+  }
   const std::size_t passes = std::max<std::size_t>(1, (std::size_t{256} << 20) / total);
   std::vector<float> sink(n_threads);
+  std::atomic<std::size_t> next{0};
   const double s = on_threads(n_threads, [&](std::size_t t) {
     float acc = 0;
-    for (std::size_t pass = 0; pass < passes; ++pass) acc += read_parts(parts[t]);
+    if (chunk == 0) {
+      for (std::size_t pass = 0; pass < passes; ++pass) acc += read_parts(parts[t]);
+    } else {
+      for (std::size_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < passes * parts.size();)
+        acc += read_parts(parts[c % parts.size()]);
+    }
     sink[t] = acc;
   });
   if (sink[0] == 0.5f) std::fprintf(stderr, " ");  // keeps the sums alive
