@@ -177,9 +177,9 @@ inline constexpr std::size_t row_block(dtype t) noexcept {
 /// TinyLlama f32 0.79 [0.77, 0.92], 110M f16 0.96 [0.87, 1.04], 110M f32
 /// 0.93 [0.79, 1.02]. The quantized decode kernels gained nothing so
 /// (TinyLlama Q4_K_M 1.02, q8_0 1.01 with 256 KiB) and keep the guided
-/// chunks. Measured on AMD with
-/// AVX-512 only (row_streams::pairs): Intel (row_streams::wide, eight streams
-/// a thread) and AVX2 builds keep the guided chunks until measured.
+/// chunks. Measured on AMD with AVX-512 only (row_streams::pairs): Intel
+/// (row_streams::wide, eight streams a thread) and AVX2 builds keep the
+/// guided chunks until measured.
 inline std::size_t float_decode_chunk_bytes() noexcept {
 #if defined(__AVX512F__)
   return host_row_streams() == row_streams::pairs ? std::size_t{512} << 10 : 0;
