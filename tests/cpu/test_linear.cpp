@@ -15,8 +15,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "helpers.hpp"
@@ -88,32 +91,57 @@ TEST_CASE("cpu: matvec == ref::matvec") {
     }
 }
 
-TEST_CASE("cpu: matvec's rows give the same bits walked as row_streams::pairs and ::wide") {
+TEST_CASE("cpu: matvec's rows give the same bits walked as every row_streams plan") {
   // The plan (cpu/streaming.hpp) only orders the rows' reads: 2 or 8
-  // streams side by side, the rows past a multiple of the streams alone.
-  // Row counts around 8 and 16, and ranges starting past 0, as threads get.
+  // streams side by side, the rows past a multiple of the streams alone,
+  // and how far ahead each stream is prefetched (pairs_ahead: 16-bit rows
+  // only). Row counts around 8 and 16, and ranges starting past 0, as
+  // threads get.
   const std::size_t row_counts[] = {1, 2, 7, 8, 9, 15, 16, 17, 33, 70};
   for (dtype t : all_types)
     for (std::size_t rows : row_counts)
-      for (std::size_t cols : {std::size_t{5}, std::size_t{64}, std::size_t{129}}) {
+      for (std::size_t cols : {std::size_t{5}, std::size_t{64}, std::size_t{129}, std::size_t{1100}}) {
         random_weight w(t, rows, cols, static_cast<std::uint32_t>(rows * 31 + cols));
         const auto x = random_floats(cols, 7);
-        std::vector<float> want(rows), pairs(rows, -1.0f), wide(rows, -1.0f);
+        std::vector<float> want(rows), pairs(rows, -1.0f), ahead(rows, -2.0f), wide(rows, -3.0f);
         ref::matvec(w.view, x.data(), want.data(), nullptr);
         cpu::visit_weight(w.view, [&](const auto* data) {
+          auto walk = [&]<cpu::row_streams P>(std::size_t r0, std::size_t r1, std::vector<float>& y) {
+            cpu::detail::matvec_rows_as<P>(data, cols, x.data(), y.data(), r0, r1);
+          };
           for (std::size_t r0 : {std::size_t{0}, rows / 3}) {
-            cpu::detail::matvec_rows_as<cpu::row_streams::pairs>(data, cols, x.data(), pairs.data(), r0, rows);
-            cpu::detail::matvec_rows_as<cpu::row_streams::wide>(data, cols, x.data(), wide.data(), r0, rows);
-            if (r0 > 0) {
-              cpu::detail::matvec_rows_as<cpu::row_streams::pairs>(data, cols, x.data(), pairs.data(), 0, r0);
-              cpu::detail::matvec_rows_as<cpu::row_streams::wide>(data, cols, x.data(), wide.data(), 0, r0);
+            for (auto [lo, hi] : {std::pair{r0, rows}, std::pair{std::size_t{0}, r0}}) {
+              walk.template operator()<cpu::row_streams::pairs>(lo, hi, pairs);
+              walk.template operator()<cpu::row_streams::pairs_ahead>(lo, hi, ahead);
+              walk.template operator()<cpu::row_streams::wide>(lo, hi, wide);
             }
             INFO(kestrel::name_of(t) << " rows " << rows << " cols " << cols << " split at " << r0);
             CHECK(std::memcmp(pairs.data(), wide.data(), rows * sizeof(float)) == 0);
+            CHECK(std::memcmp(pairs.data(), ahead.data(), rows * sizeof(float)) == 0);
             kestrel::test::check_within(wide.data(), want.data(), linear_tol(w, x, 1), rows);
           }
         });
       }
+}
+
+TEST_CASE("cpu: KESTREL_ROW_STREAMS names the plan") {
+  // detect_row_streams reads the variable on every call (host_row_streams
+  // caches the first); an unknown value falls back to the host's plan.
+  const char* old = std::getenv("KESTREL_ROW_STREAMS");
+  const std::string saved = old ? old : "";
+  ::unsetenv("KESTREL_ROW_STREAMS");
+  const cpu::row_streams host = cpu::detect_row_streams();
+  const std::pair<const char*, cpu::row_streams> names[] = {{"pairs", cpu::row_streams::pairs},
+                                                             {"pairs_ahead", cpu::row_streams::pairs_ahead},
+                                                             {"wide", cpu::row_streams::wide}};
+  for (const auto& [name, plan] : names) {
+    ::setenv("KESTREL_ROW_STREAMS", name, 1);
+    CHECK(cpu::detect_row_streams() == plan);
+  }
+  ::setenv("KESTREL_ROW_STREAMS", "sideways", 1);
+  CHECK(cpu::detect_row_streams() == host);
+  if (old) ::setenv("KESTREL_ROW_STREAMS", saved.c_str(), 1);
+  else ::unsetenv("KESTREL_ROW_STREAMS");
 }
 
 TEST_CASE("cpu: matmul == ref::matmul") {

@@ -77,12 +77,22 @@ inline constexpr std::size_t matvec_streams =
 /// row_streams::wide asks for the line 1 KiB ahead into L1 (Emerald Rapids,
 /// 8 streams, TinyLlama f16 token time: 2 KiB 1.02x of 1 KiB, 2 KiB into L2
 /// 1.21x; with 4 streams none 1.15x; the non-temporal 576 bytes of AVX2,
-/// 2 streams, 1.13x of none).
+/// 2 streams, 1.13x of none). row_streams::pairs_ahead (Zen 5) asks for
+/// 16-bit rows 2 KiB ahead into L1 and for none of f32's: on the Zen 5
+/// host (bench/ab_decode.sh, token time against none, median [quartiles]
+/// over 45-343 rounds) TinyLlama f16 512 B 1.04, 1 KiB 0.95-0.96, 2 KiB
+/// 0.90 [0.83, 0.95] (twice), 4 KiB 0.90 [0.75, 0.97], 2 KiB into L2 0.97;
+/// 110M f16 2 KiB 0.87 [0.77, 0.95], 4 KiB 0.85 [0.72, 0.95]; TinyLlama
+/// f32 1 KiB 1.05, 2 KiB 1.04, 4 KiB 1.07 (quartiles 0.89-1.22). The same
+/// kernel with four streams instead of two: TinyLlama f16 1.02.
 #if defined(__AVX2__) && !defined(__AVX512F__)
-template <row_streams P> inline constexpr std::size_t matvec_prefetch_bytes = 576;
+template <class T, row_streams P> inline constexpr std::size_t matvec_prefetch_bytes = 576;
 template <row_streams P> inline constexpr int matvec_prefetch_locality = 0;  // non-temporal
 #else
-template <row_streams P> inline constexpr std::size_t matvec_prefetch_bytes = P == row_streams::wide ? 1024 : 0;
+template <class T, row_streams P>
+inline constexpr std::size_t matvec_prefetch_bytes = P == row_streams::wide                            ? 1024
+                                                     : P == row_streams::pairs_ahead && sizeof(T) == 2 ? 2048
+                                                                                                       : 0;
 template <row_streams P> inline constexpr int matvec_prefetch_locality = 3;  // into L1
 #endif
 
@@ -115,7 +125,7 @@ template <row_streams P, class T>
 inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0,
                            std::size_t r1) noexcept {
   constexpr std::size_t W = simd::width, S = matvec_streams<T, P>;
-  constexpr std::size_t ahead = matvec_prefetch_bytes<P>;
+  constexpr std::size_t ahead = matvec_prefetch_bytes<T, P>;
   const std::size_t main = cols - cols % (2 * W);
   const std::size_t per = (r1 - r0) / S;
   // Rows r0 + s * per + j for the S streams s side by side; the last
@@ -144,8 +154,12 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
 /// plan (host_row_streams); the same bits for either plan.
 template <class T>
 inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0, std::size_t r1) noexcept {
-  if (host_row_streams() == row_streams::wide) matvec_rows_as<row_streams::wide>(w, cols, x, y, r0, r1);
-  else matvec_rows_as<row_streams::pairs>(w, cols, x, y, r0, r1);
+  switch (host_row_streams()) {
+    case row_streams::wide: return matvec_rows_as<row_streams::wide>(w, cols, x, y, r0, r1);
+    case row_streams::pairs_ahead: return matvec_rows_as<row_streams::pairs_ahead>(w, cols, x, y, r0, r1);
+    case row_streams::pairs: break;
+  }
+  matvec_rows_as<row_streams::pairs>(w, cols, x, y, r0, r1);
 }
 
 /// The granularity of the row split: parallel tasks hand out whole blocks of
@@ -177,12 +191,14 @@ inline constexpr std::size_t row_block(dtype t) noexcept {
 /// TinyLlama f32 0.79 [0.77, 0.92], 110M f16 0.96 [0.87, 1.04], 110M f32
 /// 0.93 [0.79, 1.02]. The quantized decode kernels gained nothing so
 /// (TinyLlama Q4_K_M 1.02, q8_0 1.01 with 256 KiB) and keep the guided
-/// chunks. Measured on AMD with AVX-512 only (row_streams::pairs): Intel
+/// chunks. Measured on AMD with AVX-512 only (row_streams::pairs and
+/// pairs_ahead; on the Zen 5 host the two splits were level, TinyLlama f16
+/// guided 0.99 [0.94, 1.07] of these chunks' token time): Intel
 /// (row_streams::wide, eight streams a thread) and AVX2 builds keep the
 /// guided chunks until measured.
 inline std::size_t float_decode_chunk_bytes() noexcept {
 #if defined(__AVX512F__)
-  return host_row_streams() == row_streams::pairs ? std::size_t{512} << 10 : 0;
+  return host_row_streams() != row_streams::wide ? std::size_t{512} << 10 : 0;
 #else
   return 0;
 #endif

@@ -10,6 +10,12 @@
 //   plan on a Zen 4 host (bench/ab_decode.sh, token time against pairs):
 //   TinyLlama f16 1.84x, f32 1.27x, q8_0 1.07x, q4_0 1.04x; 110M f16 1.30x,
 //   f32 1.33x, q8_0 1.12x, q4_0 0.98x.
+// - AMD Zen 5 (family 1Ah, an EPYC host with 2 vCPUs): the same two
+//   streams, and 16-bit float rows (f16, bf16) asked for 2 KiB ahead into
+//   L1, which Zen 4 lost by (cpu/matvec.hpp). bench/ab_decode.sh, token
+//   time against pairs: TinyLlama f16 0.90 / 0.90, 110M f16 0.87; f32
+//   rows gained nothing (1.04, noise) and keep none. Intel's plan there:
+//   TinyLlama f16 1.05x.
 // - Intel Xeon (an Emerald Rapids host with AVX-512 and a 300 MiB L3): one
 //   core's read rate grows with the streams it walks at once (its hardware
 //   prefetcher follows each stream only within a 4 KiB page): eight streams
@@ -26,7 +32,7 @@
 // AVX2-only builds keep their own measured settings (cpu/matvec.hpp,
 // quant/legacy_decode.hpp).
 //
-// KESTREL_ROW_STREAMS=pairs|wide in the environment overrides the choice
+// KESTREL_ROW_STREAMS=pairs|pairs_ahead|wide in the environment overrides the choice
 // (read once, at the first decode), to measure both on one host.
 #pragma once
 
@@ -41,21 +47,30 @@ namespace kestrel::cpu {
 
 /// How decode's row-major kernels walk a thread's rows.
 enum class row_streams : unsigned char {
-  pairs,  ///< two streams per thread, short prefetch: AMD, and every host not known to want more
-  wide,   ///< eight streams of float rows, four of legacy blocks, 1 KiB prefetch: Intel
+  pairs,        ///< two streams per thread, short prefetch: AMD to Zen 4, and every host not known to want more
+  pairs_ahead,  ///< pairs, 16-bit float rows prefetched 2 KiB ahead: AMD Zen 5
+  wide,         ///< eight streams of float rows, four of legacy blocks, 1 KiB prefetch: Intel
 };
 
 /// The plan for the CPU this runs on: wide for Intel ("GenuineIntel"),
-/// pairs otherwise; KESTREL_ROW_STREAMS=pairs|wide overrides it.
+/// pairs_ahead for AMD family 1Ah (Zen 5), pairs otherwise;
+/// KESTREL_ROW_STREAMS=pairs|pairs_ahead|wide overrides it.
 inline row_streams detect_row_streams() noexcept {
   if (const char* e = std::getenv("KESTREL_ROW_STREAMS")) {
     if (std::strcmp(e, "wide") == 0) return row_streams::wide;
     if (std::strcmp(e, "pairs") == 0) return row_streams::pairs;
+    if (std::strcmp(e, "pairs_ahead") == 0) return row_streams::pairs_ahead;
   }
 #if defined(__x86_64__) || defined(__i386__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) && ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu)
-    return row_streams::wide;  // "Genu" "ineI" "ntel"
+  if (!__get_cpuid(0, &eax, &ebx, &ecx, &edx)) return row_streams::pairs;
+  if (ebx == 0x756e6547u && edx == 0x49656e69u && ecx == 0x6c65746eu) return row_streams::wide;  // "Genu" "ineI" "ntel"
+  const bool amd = ebx == 0x68747541u && edx == 0x69746e65u && ecx == 0x444d4163u;           // "Auth" "enti" "cAMD"
+  if (amd && __get_cpuid(1, &eax, &ebx, &ecx, &edx)) {
+    // The family as AMD counts it: the base field, plus the extended field when the base is 0Fh.
+    const unsigned base = (eax >> 8) & 0xfu, family = base == 0xfu ? base + ((eax >> 20) & 0xffu) : base;
+    if (family == 0x1au) return row_streams::pairs_ahead;
+  }
 #endif
   return row_streams::pairs;
 }
