@@ -11,10 +11,12 @@
 //   TinyLlama f16 1.84x, f32 1.27x, q8_0 1.07x, q4_0 1.04x; 110M f16 1.30x,
 //   f32 1.33x, q8_0 1.12x, q4_0 0.98x.
 // - AMD Zen 5 (family 1Ah, an EPYC host with 2 vCPUs): the same two
-//   streams, and 16-bit float rows (f16, bf16) asked for 2 KiB ahead into
-//   L1, which Zen 4 lost by (cpu/matvec.hpp). bench/ab_decode.sh, token
-//   time against pairs: TinyLlama f16 0.90 / 0.90, 110M f16 0.87; f32
-//   rows gained nothing (1.04, noise) and keep none. Intel's plan there:
+//   streams, asked for further ahead into L1 than Zen 4 took: 16-bit float
+//   rows (f16, bf16) 2 KiB (cpu/matvec.hpp), the legacy blocks 2 KiB
+//   instead of 256 bytes (quant/legacy_decode.hpp). bench/ab_decode.sh,
+//   token time against pairs: TinyLlama f16 0.90 / 0.90, 110M f16 0.87,
+//   TinyLlama q8_0 0.83 / 0.85, q4_0 0.95, 110M q4_0 0.90 / 0.93; f32 rows
+//   gained nothing (1.04, noise) and keep none. Intel's plan there:
 //   TinyLlama f16 1.05x.
 // - Intel Xeon (an Emerald Rapids host with AVX-512 and a 300 MiB L3): one
 //   core's read rate grows with the streams it walks at once (its hardware
@@ -48,7 +50,7 @@ namespace kestrel::cpu {
 /// How decode's row-major kernels walk a thread's rows.
 enum class row_streams : unsigned char {
   pairs,        ///< two streams per thread, short prefetch: AMD to Zen 4, and every host not known to want more
-  pairs_ahead,  ///< pairs, 16-bit float rows prefetched 2 KiB ahead: AMD Zen 5
+  pairs_ahead,  ///< pairs, 16-bit float rows and legacy blocks prefetched 2 KiB ahead: AMD Zen 5
   wide,         ///< eight streams of float rows, four of legacy blocks, 1 KiB prefetch: Intel
 };
 
