@@ -34,8 +34,8 @@
 // AVX2-only builds keep their own measured settings (cpu/matvec.hpp,
 // quant/legacy_decode.hpp).
 //
-// KESTREL_ROW_STREAMS=pairs|pairs_ahead|wide in the environment overrides the choice
-// (read once, at the first decode), to measure both on one host.
+// KESTREL_ROW_STREAMS=pairs|pairs_ahead|wide in the environment overrides
+// the choice (read once, at the first decode), to measure each on one host.
 #pragma once
 
 #include <cstdlib>

@@ -443,10 +443,10 @@ inline void sum2(__m512 u, __m512 v, float* su, float* sv) noexcept {
 /// into L2 2 KiB ahead 1.04x (one run each, 8-9 alternated rounds).
 /// row_streams::pairs_ahead (Zen 5) takes 2048: on the Zen 5 host
 /// (bench/ab_decode.sh, token time against 256 bytes, median [quartiles]
-/// over 33-839 rounds) TinyLlama q8_0 512 / 1024 / 2048 / 4096 bytes 0.88
-/// / 0.86 / 0.83 [0.77, 0.90] / 0.87, a second run 2048 0.85 [0.81, 0.87];
-/// TinyLlama q4_0 1.10 / 1.02 / 0.95 [0.86, 1.04]; 110M q4_0 1.07 / 0.97
-/// / 0.90 [0.83, 0.97] / -, a second run 2048 0.93, 4096 0.90.
+/// over 33-839 rounds), 512 / 1024 / 2048 bytes: TinyLlama q8_0 0.88 /
+/// 0.86 / 0.83 [0.77, 0.90], q4_0 1.10 / 1.02 / 0.95 [0.86, 1.04], 110M
+/// q4_0 1.07 / 0.97 / 0.90 [0.83, 0.97]; a second run, 2048 / 4096 bytes:
+/// TinyLlama q8_0 0.85 [0.81, 0.87] / 0.87, 110M q4_0 0.93 / 0.90.
 inline constexpr std::size_t prefetch_ahead(cpu::row_streams plan) noexcept {
   switch (plan) {
     case cpu::row_streams::wide: return 1024;
