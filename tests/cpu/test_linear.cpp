@@ -106,14 +106,11 @@ TEST_CASE("cpu: matvec's rows give the same bits walked as every row_streams pla
         std::vector<float> want(rows), pairs(rows, -1.0f), ahead(rows, -2.0f), wide(rows, -3.0f);
         ref::matvec(w.view, x.data(), want.data(), nullptr);
         cpu::visit_weight(w.view, [&](const auto* data) {
-          auto walk = [&]<cpu::row_streams P>(std::size_t r0, std::size_t r1, std::vector<float>& y) {
-            cpu::detail::matvec_rows_as<P>(data, cols, x.data(), y.data(), r0, r1);
-          };
           for (std::size_t r0 : {std::size_t{0}, rows / 3}) {
             for (auto [lo, hi] : {std::pair{r0, rows}, std::pair{std::size_t{0}, r0}}) {
-              walk.template operator()<cpu::row_streams::pairs>(lo, hi, pairs);
-              walk.template operator()<cpu::row_streams::pairs_ahead>(lo, hi, ahead);
-              walk.template operator()<cpu::row_streams::wide>(lo, hi, wide);
+              cpu::detail::matvec_rows_as<cpu::row_streams::pairs>(data, cols, x.data(), pairs.data(), lo, hi);
+              cpu::detail::matvec_rows_as<cpu::row_streams::pairs_ahead>(data, cols, x.data(), ahead.data(), lo, hi);
+              cpu::detail::matvec_rows_as<cpu::row_streams::wide>(data, cols, x.data(), wide.data(), lo, hi);
             }
             INFO(kestrel::name_of(t) << " rows " << rows << " cols " << cols << " split at " << r0);
             CHECK(std::memcmp(pairs.data(), wide.data(), rows * sizeof(float)) == 0);
