@@ -8,7 +8,11 @@
 // quartiles over rounds of the ratio of its round median to the first
 // build's of the same round. One JSON line per build.
 //
-//   ab_decode MODEL SECONDS N_CTX N_THREADS LIB.so [LIB.so ...]
+// With --prefill before the libraries, each round every build instead
+// prefills N_CTX random tokens from an empty cache in one call, and its
+// round figure is that call's time (median_prefill_us in the output).
+//
+//   ab_decode MODEL SECONDS N_CTX N_THREADS [--prefill] LIB.so [LIB.so ...]
 #include <dlfcn.h>
 
 #include <algorithm>
@@ -27,6 +31,7 @@ struct build {
   std::size_t (*vocab)(void*);
   void (*reset)(void*);
   void (*decode)(void*, int);
+  void (*prefill)(void*, const int*, std::size_t);
   void (*close)(void*);
   void* model = nullptr;
   std::vector<double> round_us;  // median token per round
@@ -50,7 +55,7 @@ F symbol(void* lib, const char* name, const char* path) {
 
 int main(int argc, char** argv) {
   if (argc < 6) {
-    std::fprintf(stderr, "usage: ab_decode MODEL SECONDS N_CTX N_THREADS LIB.so [LIB.so ...]\n");
+    std::fprintf(stderr, "usage: ab_decode MODEL SECONDS N_CTX N_THREADS [--prefill] LIB.so [LIB.so ...]\n");
     return 2;
   }
   const char* model = argv[1];
@@ -60,8 +65,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ab_decode: SECONDS, N_CTX and N_THREADS must be positive\n");
     return 2;
   }
+  const bool prefill = std::string(argv[5]) == "--prefill";
+  if (prefill && argc < 7) {
+    std::fprintf(stderr, "ab_decode: --prefill needs at least one library\n");
+    return 2;
+  }
   std::vector<build> builds;
-  for (int i = 5; i < argc; ++i) {
+  for (int i = prefill ? 6 : 5; i < argc; ++i) {
     void* lib = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
     if (!lib) {
       std::fprintf(stderr, "ab_decode: %s\n", dlerror());
@@ -76,6 +86,7 @@ int main(int argc, char** argv) {
             symbol<std::size_t (*)(void*)>(lib, "ab_vocab", argv[i]),
             symbol<void (*)(void*)>(lib, "ab_reset", argv[i]),
             symbol<void (*)(void*, int)>(lib, "ab_decode", argv[i]),
+            symbol<void (*)(void*, const int*, std::size_t)>(lib, "ab_prefill", argv[i]),
             symbol<void (*)(void*)>(lib, "ab_close", argv[i])};
     b.model = b.open(model, static_cast<std::size_t>(n_ctx), static_cast<std::size_t>(n_threads));
     if (!b.model) {
@@ -95,6 +106,12 @@ int main(int argc, char** argv) {
     for (std::size_t k = 0; k < builds.size(); ++k) {
       build& b = builds[(rounds + k) % builds.size()];
       b.reset(b.model);
+      if (prefill) {
+        const auto t0 = std::chrono::steady_clock::now();
+        b.prefill(b.model, tokens.data(), tokens.size());
+        b.round_us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count());
+        continue;
+      }
       for (std::size_t i = 0; i < tokens.size(); ++i) {
         const auto t0 = std::chrono::steady_clock::now();
         b.decode(b.model, tokens[i]);
@@ -108,8 +125,9 @@ int main(int argc, char** argv) {
     std::vector<double> ratio(rounds);
     for (std::size_t r = 0; r < rounds; ++r) ratio[r] = b.round_us[r] / builds[0].round_us[r];
     std::printf("{\"build\": \"%s\", \"model_filename\": \"%s\", \"n_ctx\": %ld, \"n_threads\": %ld, \"rounds\": %zu, "
-                "\"median_token_us\": %.1f, \"ratio_to_first\": %.4f, \"ratio_q1\": %.4f, \"ratio_q3\": %.4f}\n",
-                b.name.c_str(), model, n_ctx, n_threads, rounds, quantile(b.round_us, 0.5), quantile(ratio, 0.5),
+                "\"%s\": %.1f, \"ratio_to_first\": %.4f, \"ratio_q1\": %.4f, \"ratio_q3\": %.4f}\n",
+                b.name.c_str(), model, n_ctx, n_threads, rounds, prefill ? "median_prefill_us" : "median_token_us",
+                quantile(b.round_us, 0.5), quantile(ratio, 0.5),
                 quantile(ratio, 0.25), quantile(ratio, 0.75));
     b.close(b.model);
   }

@@ -8,8 +8,10 @@
 # --ctx tokens from an empty cache per round for --seconds in all. Prints
 # one JSON line per revision: the median token time, and the median and
 # quartiles over rounds of its round median over the first revision's.
+# With --prefill N, each round each build prefills N random tokens from an
+# empty cache in one call instead, timed as a whole (prefill changes).
 #
-#   bench/ab_decode.sh MODEL REV REV... [--seconds 60] [--ctx 64] [-t 2] [--work DIR]
+#   bench/ab_decode.sh MODEL REV REV... [--seconds 60] [--ctx 64] [--prefill N] [-t 2] [--work DIR]
 #
 # Built with the C++ compiler in $CXX (default c++), -O3 -march=native, and
 # Eigen from pkg-config (or /usr/include/eigen3). Nothing is installed.
@@ -17,15 +19,16 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/.." && pwd)
-seconds=60 ctx=64 threads=2 work=""
+seconds=60 ctx=64 threads=2 work="" mode=()
 args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds=$2; shift 2 ;;
     --ctx) ctx=$2; shift 2 ;;
+    --prefill) ctx=$2 mode=(--prefill); shift 2 ;;
     -t) threads=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n 2,16p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
     -*) echo "error: unknown option $1" >&2; exit 1 ;;
     *) args+=("$1"); shift ;;
   esac
@@ -65,5 +68,5 @@ done
 "$cxx" -std=c++20 -O2 "$here/ab_decode.cpp" -o "$work/ab_decode" -ldl &
 pids+=($!)
 for p in "${pids[@]}"; do wait "$p" || { echo "error: a build failed" >&2; exit 1; }; done
-echo "# $model: ${revs[*]}, ${seconds} s, $ctx tokens per round, $threads threads" >&2
-"$work/ab_decode" "$model" "$seconds" "$ctx" "$threads" "${libs[@]}"
+echo "# $model: ${revs[*]}, ${seconds} s, $ctx tokens per round${mode:+ (prefill)}, $threads threads" >&2
+"$work/ab_decode" "$model" "$seconds" "$ctx" "$threads" "${mode[@]}" "${libs[@]}"

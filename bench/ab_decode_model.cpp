@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kestrel/kestrel.hpp"
 
@@ -38,5 +39,10 @@ AB_EXPORT std::size_t ab_vocab(void* s) { return static_cast<session*>(s)->model
 AB_EXPORT void ab_reset(void* s) { static_cast<session*>(s)->model->reset(); }
 AB_EXPORT void ab_decode(void* s, int token) {
   static_cast<session*>(s)->model->decode(static_cast<kestrel::token_id>(token));
+}
+/// Prefills the n tokens at `tokens` from the model's current position.
+AB_EXPORT void ab_prefill(void* s, const int* tokens, std::size_t n) {
+  std::vector<kestrel::token_id> t(tokens, tokens + n);
+  static_cast<session*>(s)->model->prefill(t);
 }
 AB_EXPORT void ab_close(void* s) { delete static_cast<session*>(s); }
