@@ -491,6 +491,36 @@ TEST_CASE("x16 kernel: every row and token within the derived bound of exact and
   if constexpr (q::x16_kernel<q::block_q2_K_x16>) check_x16_kernel<q::block_q2_K_x16>("q2_K", 342);
 }
 
+#if defined(KESTREL_KQUANT_X16)
+TEST_CASE("x16 kernel: the same bits whichever way the blocks ahead are asked for (every row_streams plan)") {
+  auto check = [&]<class X>(const char* name, std::uint32_t seed) {
+    using B = typename q::x16_source<X>::type;
+    std::mt19937 rng(seed);
+    constexpr std::size_t nb = 11, rows = 35;  // 11 blocks: both prefetch distances run past the panel's end
+    const auto packed = pack_rows<X>(random_blocks<B>(rows * nb, rng), rows, nb);
+    for (std::size_t n_tokens : {1, 3, 6}) {
+      const auto a = random_activations(n_tokens * nb, rng);
+      std::vector<float> out[3];
+      using kestrel::cpu::row_streams;
+      const row_streams plans[3] = {row_streams::pairs, row_streams::pairs_ahead, row_streams::wide};
+      for (int k = 0; k < 3; ++k) {
+        out[k].assign(n_tokens * rows, -7.0f);
+        for (std::size_t p = 0; p < (rows + 15) / 16; ++p)
+          q::detail::x16::x16_tokens(packed.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), a.data(), nb,
+                                     n_tokens, out[k].data() + 16 * p, rows, plans[k]);
+      }
+      INFO(name << " tokens " << n_tokens);
+      CHECK(q::detail::x16::x16_ahead_for(row_streams::pairs_ahead) == q::detail::x16::x16_ahead::next_l1);
+      CHECK(std::count(out[0].begin(), out[0].end(), -7.0f) == 0);
+      CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
+      CHECK(std::memcmp(out[0].data(), out[2].data(), out[0].size() * sizeof(float)) == 0);
+    }
+  };
+  check.template operator()<q::block_q4_K_x16>("q4_K", 303);
+  check.template operator()<q::block_q6_K_x16>("q6_K", 313);
+}
+#endif
+
 TEST_CASE("x16 kernel: the largest integer sums") {
   for_each_extreme([&]<class B>(const char* name, const extreme_case& e) {
     auto check = [&]<class X>() {

@@ -13,11 +13,13 @@
 // - AMD Zen 5 (family 1Ah, an EPYC host with 2 vCPUs): the same two
 //   streams, asked for further ahead into L1 than Zen 4 took: 16-bit float
 //   rows (f16, bf16) 2 KiB (cpu/matvec.hpp), the legacy blocks 2 KiB
-//   instead of 256 bytes (quant/legacy_decode.hpp). bench/ab_decode.sh,
-//   token time against pairs: TinyLlama f16 0.90 / 0.90, 110M f16 0.87,
-//   TinyLlama q8_0 0.83 / 0.85, q4_0 0.95, 110M q4_0 0.90 / 0.93; f32 rows
-//   gained nothing (1.04, noise) and keep none. Intel's plan there:
-//   TinyLlama f16 1.05x.
+//   instead of 256 bytes (quant/legacy_decode.hpp), the k-quant x16
+//   blocks the next block into L1 instead of 8 blocks ahead into L2
+//   (quant/kquant_x16.hpp). bench/ab_decode.sh, token time against pairs:
+//   TinyLlama f16 0.90 / 0.90, 110M f16 0.87, TinyLlama q8_0 0.83 / 0.85,
+//   q4_0 0.95, 110M q4_0 0.90 / 0.93, Q4_K_M 0.86-0.89; f32 rows gained
+//   nothing (1.04, noise) and keep none. Intel's plan there: TinyLlama f16
+//   1.05x.
 // - Intel Xeon (an Emerald Rapids host with AVX-512 and a 300 MiB L3): one
 //   core's read rate grows with the streams it walks at once (its hardware
 //   prefetcher follows each stream only within a 4 KiB page): eight streams
@@ -50,7 +52,7 @@ namespace kestrel::cpu {
 /// How decode's row-major kernels walk a thread's rows.
 enum class row_streams : unsigned char {
   pairs,        ///< two streams per thread, short prefetch: AMD to Zen 4, and every host not known to want more
-  pairs_ahead,  ///< pairs, 16-bit float rows and legacy blocks prefetched 2 KiB ahead: AMD Zen 5
+  pairs_ahead,  ///< pairs, 16-bit float rows and legacy blocks prefetched 2 KiB ahead, k-quant x16 blocks one block ahead: AMD Zen 5
   wide,         ///< eight streams of float rows, four of legacy blocks, 1 KiB prefetch: Intel
 };
 

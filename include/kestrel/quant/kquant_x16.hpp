@@ -58,6 +58,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kestrel/cpu/streaming.hpp"
 #include "kestrel/core/dtype.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquants_format.hpp"
@@ -523,23 +524,43 @@ namespace detail::x16 {
 
 /// Blocks ahead of the one in use that x16_group asks into L2: a panel's
 /// blocks and the next panel's follow each other in memory, so this streams
-/// the matrix ahead of the kernel. Measured (/tmp prototype, 65536 x 2048
-/// in huge pages, two threads, alternated in one process against a plain
-/// read of the same bytes): without it the kernel read at 0.63-0.79 of the
-/// plain read's rate (its loads come in bursts, 32 per block, between
+/// the matrix ahead of the kernel. Measured on Zen 4 (/tmp prototype, 65536
+/// x 2048 in huge pages, two threads, alternated in one process against a
+/// plain read of the same bytes): without it the kernel read at 0.63-0.79
+/// of the plain read's rate (its loads come in bursts, 32 per block, between
 /// stretches of arithmetic, and the hardware prefetcher did not keep up);
-/// 2 blocks ahead 0.77-0.90, 8 ahead 0.92-1.0, 16 ahead 0.94-1.04. (On Zen
-/// 2 the AVX2 kernel measured the opposite: prefetching 1-16 blocks ahead
-/// cost it 20-45%; it walks two panels at once instead, x16_pairs.)
+/// 2 blocks ahead 0.77-0.90, 8 ahead 0.92-1.0, 16 ahead 0.94-1.04; into L1
+/// instead, 0.45x. (On Zen 2 the AVX2 kernel measured the opposite:
+/// prefetching 1-16 blocks ahead cost it 20-45%; it walks two panels at
+/// once instead, x16_pairs.)
 inline constexpr std::size_t prefetch_blocks = 8;
 
-/// Asks for block b + prefetch_blocks of p into L2, one prefetch per line
-/// (a prefetch past the matrix's end does not fault and is dropped).
-template <class X>
+/// Where x16_group asks for the blocks ahead: far_l2 is the above (Zen 4,
+/// and every host not measured otherwise); next_l1 asks for the next block
+/// into L1, row_streams::pairs_ahead's choice (Zen 5, cpu/streaming.hpp).
+/// On the Zen 5 host (bench/ab_decode.sh, TinyLlama Q4_K_M, token time
+/// against far_l2): next_l1 0.86-0.89; both prefetches at once 1.21; 16
+/// blocks into L2 1.02; into L1 two blocks or 2 KiB ahead, level with one
+/// block. Either way the same bits: only the lines asked for differ.
+enum class x16_ahead : unsigned char { far_l2, next_l1 };
+
+inline constexpr x16_ahead x16_ahead_for(cpu::row_streams plan) noexcept {
+  return plan == cpu::row_streams::pairs_ahead ? x16_ahead::next_l1 : x16_ahead::far_l2;
+}
+
+/// Asks for block b + prefetch_blocks of p into L2 (far_l2) or block b + 1
+/// into L1 (next_l1), one prefetch per line (a prefetch past the matrix's
+/// end does not fault and is dropped).
+template <x16_ahead A, class X>
 inline void prefetch_ahead(const X* p, std::size_t b) noexcept {
-  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + prefetch_blocks) * sizeof(X);
-  for (std::size_t i = 0; i < sizeof(X) / 64; ++i)
-    _mm_prefetch(reinterpret_cast<const char*>(at + 64 * i), _MM_HINT_T1);
+  const std::size_t ahead = A == x16_ahead::next_l1 ? 1 : prefetch_blocks;
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + ahead) * sizeof(X);
+  for (std::size_t i = 0; i < sizeof(X) / 64; ++i) {
+    if constexpr (A == x16_ahead::next_l1)
+      _mm_prefetch(reinterpret_cast<const char*>(at + 64 * i), _MM_HINT_T0);
+    else
+      _mm_prefetch(reinterpret_cast<const char*>(at + 64 * i), _MM_HINT_T1);
+  }
 }
 
 /// Tokens per pass over a panel's codes: per token two chains (s0, s1), tot,
@@ -600,8 +621,9 @@ inline void q6_codes(__m512i ql, __m512i qh0, __m512i qh1, int g, __m512i& lo, _
 /// acc[t] (lane r) = the dot of row r with token t < NT over blocks [0, nb)
 /// (the arithmetic in the header). q6_K: each 16-value chain starts at -32
 /// times its activations' sum (the code offset, exact), so S sums (v - 32)
-/// a_i directly and there is no second term.
-template <class X, std::size_t NT>
+/// a_i directly and there is no second term. A: how the blocks ahead are
+/// asked for.
+template <class X, std::size_t NT, x16_ahead A = x16_ahead::far_l2>
 inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m512* acc) noexcept {
   constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>;
   __m512 accm[NT];
@@ -609,7 +631,7 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
   const __m512i lo_mask = _mm512_set1_epi8(0x0f), hi_mask = _mm512_set1_epi8(static_cast<char>(0xf0));
   for (std::size_t b = 0; b < nb; ++b) {
     const X& pb = p[b];
-    prefetch_ahead(p, b);
+    prefetch_ahead<A>(p, b);
     __m512i tot[NT];
     for (std::size_t t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
     [[maybe_unused]] k4_scales ks;
@@ -677,13 +699,19 @@ inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size
 
 /// A panel (nb x16 blocks, n_rows valid rows) against tokens [0, n_tokens)
 /// (nb q8_K blocks each, consecutive) in groups of token_group (then 2, 1):
-/// out[t * out_stride + r] for r < n_rows.
+/// out[t * out_stride + r] for r < n_rows. plan: the host's decode plan,
+/// which sets how the blocks ahead are asked for (x16_ahead_for).
 template <class X>
 inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std::size_t nb,
-                       std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
+                       std::size_t n_tokens, float* out, std::size_t out_stride,
+                       cpu::row_streams plan = cpu::host_row_streams()) noexcept {
+  const bool next = x16_ahead_for(plan) == x16_ahead::next_l1;
   panel_token_groups<token_group>(n_tokens, panel_row_mask(n_rows), out, out_stride,
                                   [&]<std::size_t NT>(std::size_t t, __m512* acc) {
-                                    x16_group<X, NT>(p, a + t * nb, nb, nb, acc);
+                                    if (next)
+                                      x16_group<X, NT, x16_ahead::next_l1>(p, a + t * nb, nb, nb, acc);
+                                    else
+                                      x16_group<X, NT>(p, a + t * nb, nb, nb, acc);
                                   });
 }
 
