@@ -34,7 +34,7 @@ struct build {
   void (*prefill)(void*, const int*, std::size_t);
   void (*close)(void*);
   void* model = nullptr;
-  std::vector<double> round_us;  // median token per round
+  std::vector<double> round_us{};  // the figure per round: median token time, or the prefill time
 };
 
 double quantile(std::vector<double> v, double q) {
