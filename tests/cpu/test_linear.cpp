@@ -783,3 +783,30 @@ TEST_CASE("cpu: legacy-quant matvec / matmul == scalar twins, decode == prefill"
   check_legacy_linear<q::block_q5_1>(dtype::q5_1);
   check_legacy_linear<q::block_q8_0>(dtype::q8_0);
 }
+
+TEST_CASE("cpu: matmul_shared == one matmul per matrix, bit for bit (x quantized once; mixed types fall back)") {
+  cpu::thread_pool pool(2);
+  constexpr std::size_t cols = 512, n_tokens = 37;
+  const auto x = random_floats(n_tokens * cols, 91);
+  legacy_weight<q::block_q8_0> a(dtype::q8_0, 48, cols, 92), b(dtype::q8_0, 16, cols, 93);
+  legacy_weight<q::block_q4_0> c(dtype::q4_0, 40, cols, 94);  // q8_0 activations too
+  kquant_weight<q::block_q4_K> d(dtype::q4_k, 32, cols, 95);
+  kquant_weight<q::block_q6_K> e(dtype::q6_k, 24, cols, 96);
+  auto check = [&](std::vector<const kestrel::weight_view*> ws) {
+    std::vector<std::vector<float>> shared(ws.size()), alone(ws.size());
+    std::vector<cpu::matvec_job> jobs;
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      shared[i].assign(n_tokens * ws[i]->rows, -1.0f);
+      alone[i].assign(n_tokens * ws[i]->rows, -2.0f);
+      jobs.push_back({ws[i], shared[i].data()});
+    }
+    cpu::matmul_shared(jobs, x.data(), n_tokens, &pool);
+    for (std::size_t i = 0; i < ws.size(); ++i) {
+      cpu::matmul(*ws[i], x.data(), n_tokens, alone[i].data(), &pool);
+      CHECK(std::memcmp(shared[i].data(), alone[i].data(), shared[i].size() * sizeof(float)) == 0);
+    }
+  };
+  check({&a.view, &b.view, &c.view});  // legacy blocks: one q8_0 quantization of x
+  check({&d.view, &e.view});           // k-quants: one q8_K quantization
+  check({&a.view, &d.view});           // different activation blocks: each quantizes its own
+}

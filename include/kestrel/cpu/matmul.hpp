@@ -27,6 +27,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdlib>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -314,6 +315,30 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
         detail::matmul_block_converted(data, rows, cols, x, n_tokens, y, r0, r1);
     }, n_tokens * rows * cols);
   });
+}
+
+/// Y_j = X W_j^T for each job {&w, y} (y: (n_tokens, w.rows)), over the same
+/// n_tokens rows of x: one matmul per job, but with x quantized once for
+/// all of them where every W is block-quantized with the same activation
+/// blocks and width and takes the int8 kernels (prefill's q, k and v; gate
+/// and up). The same bits as a matmul per job, each of which would quantize
+/// x the same way. Measured in bench/README.md ("Zen 5 again").
+inline void matmul_shared(std::span<const matvec_job> jobs, const float* x, std::size_t n_tokens, thread_pool* pool) {
+  bool share = n_tokens > 1 && jobs.size() > 1;
+  for (const matvec_job& j : jobs) {
+    share = share && is_quantized(j.w->type) && j.w->cols == jobs[0].w->cols &&
+            detail::same_activations(j.w->type, jobs[0].w->type);
+#if defined(KESTREL_DEQUANT_GEMM)
+    share = share && !detail::takes_dequant_gemm(*j.w, n_tokens);
+#endif
+  }
+  const void* acts = share ? detail::quantize_for(*jobs[0].w, x, n_tokens, pool) : nullptr;
+  for (const matvec_job& j : jobs) {
+    if (acts)
+      detail::quantized_linear(*j.w, x, n_tokens, j.y, pool, /*reference=*/false, acts);
+    else
+      matmul(*j.w, x, n_tokens, j.y, pool);
+  }
 }
 
 }  // namespace kestrel::cpu

@@ -524,25 +524,27 @@ inline bool same_activations(dtype a, dtype b) {
   });
 }
 
-/// One token x (w.cols values) quantized as quantized_linear(w, x, 1, ...)
-/// would, into the calling thread's buffer (quantize_activations): the
+/// The n_tokens rows of x (w.cols values each) quantized as
+/// quantized_linear(w, x, n_tokens, ...) would, into the calling thread's
+/// buffer (quantize_activations; prefill's tokens split over pool): the
 /// acts that quantized_linear then takes instead of quantizing x itself.
 /// A parallel region of several products of one x (matvec_fused,
 /// matvec_swiglu) quantizes it once on the calling thread, where each of
-/// its chunks quantized it again (8-10 chunks a region on 2 threads).
+/// its chunks quantized it again (8-10 chunks a region on 2 threads);
+/// prefill's products of one X (matmul_shared) once for all of them.
 /// Valid until this thread's next quantization of the same block type.
-inline const void* quantize_for(const weight_view& w, const float* x) {
+inline const void* quantize_for(const weight_view& w, const float* x, std::size_t n_tokens = 1,
+                                thread_pool* pool = nullptr) {
   if (w.cols % block_size(w.type) != 0) return nullptr;  // quantized_linear names the error
   return visit_activation(w.type, [&]<class A>(std::type_identity<A>) -> const void* {
-    return quantize_activations<A>(x, 1, w.cols, nullptr, /*reference=*/false);
+    return quantize_activations<A>(x, n_tokens, w.cols, pool, /*reference=*/false);
   });
 }
 
 /// Y(n_tokens, rows) = X(n_tokens, cols) W^T with W block-quantized. acts:
-/// null, or x already quantized by quantize_for(w, x) (one token).
+/// null, or x already quantized by quantize_for(w, x, n_tokens).
 inline void quantized_linear(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool,
                              bool reference, const void* acts = nullptr) {
-  if (acts && n_tokens != 1) throw invalid_argument("cpu: quantized activations given for more than one token");
   if (w.cols % block_size(w.type) != 0)
     throw invalid_argument("cpu: a " + std::string(name_of(w.type)) + " row of " + std::to_string(w.cols) +
                            " values is not a whole number of blocks");

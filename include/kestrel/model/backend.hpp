@@ -90,6 +90,10 @@ class cpu_backend {
 
   void matvec(const weight_view& w, const float* x, float* y) { cpu::matvec(w, x, y, pool_.get()); }
   void matmul(const weight_view& w, const float* x, std::size_t n, float* y) { cpu::matmul(w, x, n, y, pool_.get()); }
+  /// Optional (model/concepts.hpp): several products of the same n rows of x, x quantized once.
+  void matmul_shared(std::span<const cpu::matvec_job> jobs, const float* x, std::size_t n) {
+    cpu::matmul_shared(jobs, x, n, pool_.get());
+  }
   /// Optional (model/concepts.hpp): several products of one x in one parallel region.
   void matvec_fused(std::span<const cpu::matvec_job> jobs, const float* x) { cpu::matvec_fused(jobs, x, pool_.get()); }
   /// Optional: h = silu(gate x) * (up x) in one parallel region; up_scratch: (gate.rows).

@@ -23,6 +23,9 @@
 // each, bit-identical to the unfused calls (fallback: one matvec per matrix):
 //   b.matvec_fused(jobs, x)              y_j = W_j x for a span of cpu::matvec_job {&w, y}
 //   b.matvec_swiglu(gate, up, x, h, s)   h = silu(gate x) * (up x); s: (rows) scratch
+// Prefill's products of one X (q, k, v; gate, up), bit-identical to one
+// matmul per matrix; the backend may quantize X once (fallback: matmul each):
+//   b.matmul_shared(jobs, x, n)          Y_j = X W_j^T for cpu::matvec_job {&w, y}, X (n, cols)
 // Attention of a block of consecutive queries x the query heads of one KV
 // head (prefill; decode with grouped-query attention, one query), each row
 // within attend()'s tolerance of attend of that query (fallback: attend

@@ -145,6 +145,12 @@ class llama_model {
         b.matvec_swiglu(w, w, x, y, y);
       };
 
+  /// Whether the backend offers the optional shared prefill products
+  /// (model/concepts.hpp): X quantized once for q, k, v and for gate, up.
+  static constexpr bool shares_matmuls = requires(B& b, std::span<const cpu::matvec_job> jobs, const float* x) {
+    b.matmul_shared(jobs, x, std::size_t{1});
+  };
+
   void check_tokens(std::span<const token_id> tokens) const {
     for (token_id t : tokens)
       if (t < 0 || static_cast<std::size_t>(t) >= n_vocab())
@@ -166,8 +172,13 @@ class llama_model {
       backend_.matvec(w, X, Y);
     else
       backend_.matmul(w, X, n, Y);
+    add_bias(Y, bias, w.rows, n);
+  }
+
+  /// Y's n rows (of `rows` values) += bias, where there is one.
+  void add_bias(float* Y, const float* bias, std::size_t rows, std::size_t n) {
     if (bias)
-      for (std::size_t i = 0; i < n; ++i) backend_.add(Y + i * w.rows, bias, w.rows);
+      for (std::size_t i = 0; i < n; ++i) backend_.add(Y + i * rows, bias, rows);
   }
 
   /// The architecture's norm over n rows of width n_embd, rows split among
@@ -349,9 +360,22 @@ class llama_model {
       if (L.bk) backend_.add(K, L.bk, L.wk.rows);
       if (L.bv) backend_.add(V, L.bv, L.wv.rows);
     } else {
-      linear<P>(L.wq, L.bq, XB + at, nq, Q + at);
-      linear<P>(L.wk, L.bk, XB, n, K);
-      linear<P>(L.wv, L.bv, XB, n, V);
+      bool shared = false;
+      if constexpr (P == phase::prefill && shares_matmuls) {
+        if (q0 == 0) {  // q, k and v of the same rows: XB quantized once
+          const cpu::matvec_job jobs[3] = {{&L.wq, Q}, {&L.wk, K}, {&L.wv, V}};
+          backend_.matmul_shared(jobs, XB, n);
+          add_bias(Q, L.bq, L.wq.rows, n);
+          add_bias(K, L.bk, L.wk.rows, n);
+          add_bias(V, L.bv, L.wv.rows, n);
+          shared = true;
+        }
+      }
+      if (!shared) {
+        linear<P>(L.wq, L.bq, XB + at, nq, Q + at);
+        linear<P>(L.wk, L.bk, XB, n, K);
+        linear<P>(L.wv, L.bv, XB, n, V);
+      }
     }
     for_rows(n, 4 * (n_embd + kv_dim), [&](std::size_t i) {
       if (hp_.positions == position_type::rope) {
@@ -388,8 +412,14 @@ class llama_model {
       }
     }
     if (hp_.ffn == ffn_type::swiglu) {
-      linear<P>(L.ffn_gate, nullptr, XB, n, H);
-      linear<P>(L.ffn_up, L.ffn_up_b, XB, n, H2);
+      if constexpr (P == phase::prefill && shares_matmuls) {
+        const cpu::matvec_job jobs[2] = {{&L.ffn_gate, H}, {&L.ffn_up, H2}};
+        backend_.matmul_shared(jobs, XB, n);
+        add_bias(H2, L.ffn_up_b, L.ffn_up.rows, n);
+      } else {
+        linear<P>(L.ffn_gate, nullptr, XB, n, H);
+        linear<P>(L.ffn_up, L.ffn_up_b, XB, n, H2);
+      }
       backend_.swiglu(H, H, H2, n * n_ff);
     } else {
       linear<P>(L.ffn_up, L.ffn_up_b, XB, n, H);
