@@ -325,14 +325,10 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
 /// x the same way. Measured in bench/README.md ("Zen 5 again").
 inline void matmul_shared(std::span<const matvec_job> jobs, const float* x, std::size_t n_tokens, thread_pool* pool) {
   bool share = n_tokens > 1 && jobs.size() > 1;
-  for (const matvec_job& j : jobs) {
-    share = share && is_quantized(j.w->type) && j.w->cols == jobs[0].w->cols &&
-            detail::same_activations(j.w->type, jobs[0].w->type);
 #if defined(KESTREL_DEQUANT_GEMM)
-    share = share && !detail::takes_dequant_gemm(*j.w, n_tokens);
+  for (const matvec_job& j : jobs) share = share && !detail::takes_dequant_gemm(*j.w, n_tokens);
 #endif
-  }
-  const void* acts = share ? detail::quantize_for(*jobs[0].w, x, n_tokens, pool) : nullptr;
+  const void* acts = share ? detail::shared_acts(jobs, x, n_tokens, pool) : nullptr;
   for (const matvec_job& j : jobs) {
     if (acts)
       detail::quantized_linear(*j.w, x, n_tokens, j.y, pool, /*reference=*/false, acts);

@@ -281,17 +281,19 @@ inline void matvec_jobs_blocks(std::span<const matvec_job> jobs, const float* x,
   }
 }
 
-/// x quantized once on the calling thread (quantize_for) for a region of
-/// products of x whose weights are all block-quantized and take the same
-/// activation blocks; otherwise null, and each chunk quantizes x for
-/// itself. Quantizing in every chunk (8-10 a region on 2 threads, twice in
+/// x (n_tokens rows) quantized once by the calling thread (quantize_for;
+/// prefill's tokens split over pool) for products of x whose weights are
+/// all block-quantized with the same width and activation blocks;
+/// otherwise null, and each product or chunk quantizes x for itself.
+/// Quantizing in every chunk (8-10 a region on 2 threads, twice in
 /// matvec_swiglu's) cost about 2% of 110M q4_0 decode (perf, Zen 3).
-inline const void* shared_acts(std::span<const matvec_job> jobs, const float* x) {
+inline const void* shared_acts(std::span<const matvec_job> jobs, const float* x, std::size_t n_tokens = 1,
+                               thread_pool* pool = nullptr) {
   if (jobs.empty()) return nullptr;
   for (const matvec_job& j : jobs)
     if (!is_quantized(j.w->type) || j.w->cols != jobs[0].w->cols || !same_activations(j.w->type, jobs[0].w->type))
       return nullptr;
-  return quantize_for(*jobs[0].w, x);
+  return quantize_for(*jobs[0].w, x, n_tokens, pool);
 }
 
 }  // namespace detail
