@@ -7,8 +7,9 @@
 #include <cstddef>
 #include <exception>
 #include <memory>
+#include <span>
 #include <string>
-#include <vector>
+#include <type_traits>
 
 #include "kestrel/kestrel.hpp"
 
@@ -40,9 +41,10 @@ AB_EXPORT void ab_reset(void* s) { static_cast<session*>(s)->model->reset(); }
 AB_EXPORT void ab_decode(void* s, int token) {
   static_cast<session*>(s)->model->decode(static_cast<kestrel::token_id>(token));
 }
-/// Prefills the n tokens at `tokens` from the model's current position.
+/// Prefills the n tokens at `tokens` from the model's current position
+/// (read in place: no copy inside the timed call).
 AB_EXPORT void ab_prefill(void* s, const int* tokens, std::size_t n) {
-  std::vector<kestrel::token_id> t(tokens, tokens + n);
-  static_cast<session*>(s)->model->prefill(t);
+  static_assert(std::is_same_v<kestrel::token_id, int>);
+  static_cast<session*>(s)->model->prefill(std::span<const kestrel::token_id>(tokens, n));
 }
 AB_EXPORT void ab_close(void* s) { delete static_cast<session*>(s); }
