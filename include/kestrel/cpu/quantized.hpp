@@ -53,6 +53,7 @@
 #include "kestrel/quant/legacy_x16_avx2.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
+#include "kestrel/quant/legacy_amx.hpp"
 #include "kestrel/quant/legacy_decode.hpp"
 #include "kestrel/quant/legacy_tiles_avx2.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
@@ -123,12 +124,20 @@ float block_dot(const B* w, const A* a, std::size_t n, bool reference) {
 /// activations, in L2) a group at a time, so packing is 1 / n_tokens of the
 /// integer work. pack(p, dst) packs panel p's nb blocks into dst; run(src,
 /// p, t0, nt) runs packed panel p against tokens [t0, t0 + nt).
-template <class Packed, class Pack, class Run>
+/// per_thread(), when given, runs at the start of each thread's share and
+/// its result lives until the share ends (the AMX tiles' configuration).
+struct no_thread_state {
+  int operator()() const noexcept { return 0; }
+};
+
+template <class Packed, class Pack, class Run, class PerThread = no_thread_state>
 inline void packed_panel_tiles(std::size_t n_panels, std::size_t nb, std::size_t token_bytes, std::size_t group,
-                               std::size_t n_tokens, std::size_t work, thread_pool* pool, Pack&& pack, Run&& run) {
+                               std::size_t n_tokens, std::size_t work, thread_pool* pool, Pack&& pack, Run&& run,
+                               PerThread&& per_thread = {}) {
   const std::size_t r_tile = std::max<std::size_t>(1, 256 * 1024 / (nb * sizeof(Packed)));
   const std::size_t t_tile = std::max(group, (256 * 1024 / (nb * token_bytes)) / group * group);
   parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
+    [[maybe_unused]] const auto state = per_thread();
     thread_local std::vector<Packed> packed;  // (r_tile, nb); grown, never shrunk
     if (packed.size() < r_tile * nb) packed.resize(r_tile * nb);
     for (std::size_t rp = p0; rp < p1; rp += r_tile) {
@@ -142,6 +151,46 @@ inline void packed_panel_tiles(std::size_t n_panels, std::size_t nb, std::size_t
   }, work);
 }
 
+#if defined(KESTREL_LEGACY_AMX)
+/// The legacy types' prefill on AMX tiles (quant/legacy_amx.hpp), more
+/// than lp::token_group tokens where amx_enabled(): the tokens packed once
+/// per call into tiles of 16 (the threads split them), then
+/// packed_panel_tiles over panels packed as B tiles, each thread with the
+/// tiles configured for its share. Every output equals the VNNI panels' and
+/// ref::dot_fused's bit for bit.
+template <class B, class A>
+inline void legacy_panels_amx(const std::byte* base, std::size_t row_bytes, std::size_t rows, const A* a,
+                              std::size_t nb, std::size_t n_tokens, float* y, thread_pool* pool) {
+  namespace am = quant::detail::amx;
+  const std::size_t n_tiles = (n_tokens + am::token_tile - 1) / am::token_tile;
+  thread_local std::vector<am::act_block> acts;  // (n_tiles, nb); grown, never shrunk
+  if (acts.size() < n_tiles * nb) acts.resize(n_tiles * nb);
+  am::act_block* const x = acts.data();
+  parallel_for(pool, n_tiles, [&](std::size_t k0, std::size_t k1) {
+    for (std::size_t k = k0; k < k1; ++k) am::pack_acts(a, n_tokens, nb, k, x + k * nb);
+  }, n_tokens * nb * 32);
+  struct tiles_on {
+    tiles_on() noexcept { am::configure(); }
+    ~tiles_on() { am::release(); }
+    tiles_on(const tiles_on&) = delete;
+    tiles_on& operator=(const tiles_on&) = delete;
+  };
+  const std::size_t n_panels = (rows + am::panel_rows - 1) / am::panel_rows;
+  auto panel_rows = [&](std::size_t p) { return std::min(am::panel_rows, rows - p * am::panel_rows); };
+  packed_panel_tiles<am::amx_block>(
+      n_panels, nb, sizeof(am::act_block) / am::token_tile, am::token_tile, n_tokens, n_tokens * rows * nb * 32,
+      pool,
+      [&](std::size_t p, am::amx_block* dst) {
+        am::pack_panel<B>(base + p * am::panel_rows * row_bytes, row_bytes, panel_rows(p), nb, dst);
+      },
+      [&](const am::amx_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
+        am::panel_tiles<B>(src, panel_rows(p), x, nb, t0 / am::token_tile,
+                           (t0 + nt + am::token_tile - 1) / am::token_tile, n_tokens, y + p * am::panel_rows, rows);
+      },
+      [] { return tiles_on{}; });
+}
+#endif
+
 #if defined(KESTREL_LEGACY_PANEL)
 /// The legacy types' fast path (AVX-512 VNNI): panels of 16 rows against
 /// groups of 8 tokens (quant/legacy_tokens.hpp), every output equal bit for
@@ -154,6 +203,10 @@ template <class B, class A>
 inline void legacy_panels(const std::byte* base, std::size_t row_bytes, std::size_t rows, const A* a, std::size_t nb,
                           std::size_t n_tokens, float* y, thread_pool* pool) {
   namespace lp = quant::detail::lp;
+#if defined(KESTREL_LEGACY_AMX)
+  if (n_tokens > lp::token_group && quant::amx_enabled())
+    return legacy_panels_amx<B>(base, row_bytes, rows, a, nb, n_tokens, y, pool);
+#endif
   thread_local std::vector<quant::token_aux> aux;  // (n_tokens, nb); grown, never shrunk
   if (aux.size() < n_tokens * nb) aux.resize(n_tokens * nb);
   // The threads split the tokens: serial, it held one core for about 3% of
