@@ -112,21 +112,20 @@ static_assert(sizeof(act_block) == 640);
 /// ceil(n_tokens / 16) tiles of nb act_blocks each, tile k's at dst + k nb.
 template <class A>
 inline void pack_acts(const A* a, std::size_t n_tokens, std::size_t nb, std::size_t tile, act_block* dst) noexcept {
+  const std::size_t t0 = tile * token_tile, n = std::min(token_tile, n_tokens - t0);
   for (std::size_t b = 0; b < nb; ++b) {
     act_block& o = dst[b];
-    for (std::size_t i = 0; i < token_tile; ++i) {
-      const std::size_t t = tile * token_tile + i;
-      if (t < n_tokens) {
-        const A& x = a[t * nb + b];
-        std::memcpy(o.q[i], x.qs, 32);
-        o.d[i] = to_f32(x.d);
-        if constexpr (requires { x.s; }) o.s[i] = to_f32(x.s);
-        else o.s[i] = 0;
-      } else {
-        std::memset(o.q[i], 0, 32);
-        o.d[i] = o.s[i] = 0;
-      }
+    alignas(32) std::uint16_t d[16] = {}, s[16] = {};  // f16 bits; the lanes past n stay 0
+    for (std::size_t i = 0; i < n; ++i) {
+      const A& x = a[(t0 + i) * nb + b];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(o.q[i]), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x.qs)));
+      d[i] = x.d.bits;
+      if constexpr (requires { x.s; }) s[i] = x.s.bits;
     }
+    for (std::size_t i = n; i < token_tile; ++i) _mm256_store_si256(reinterpret_cast<__m256i*>(o.q[i]), _mm256_setzero_si256());
+    // f16 -> f32 exactly, as to_f32 (and the VNNI panels' scales) convert
+    _mm512_store_ps(o.d, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(d))));
+    _mm512_store_ps(o.s, _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(s))));
   }
 }
 
