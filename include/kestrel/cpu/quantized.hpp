@@ -47,6 +47,7 @@
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/prefetch.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/quant/kquant_amx.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/legacy_x16.hpp"
@@ -169,12 +170,6 @@ inline void legacy_panels_amx(const std::byte* base, std::size_t row_bytes, std:
   parallel_for(pool, n_tiles, [&](std::size_t k0, std::size_t k1) {
     for (std::size_t k = k0; k < k1; ++k) am::pack_acts(a, n_tokens, nb, k, x + k * nb);
   }, n_tokens * nb * 32);
-  struct tiles_on {
-    tiles_on() noexcept { am::configure(); }
-    ~tiles_on() { am::release(); }
-    tiles_on(const tiles_on&) = delete;
-    tiles_on& operator=(const tiles_on&) = delete;
-  };
   const std::size_t n_panels = (rows + am::panel_rows - 1) / am::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(am::panel_rows, rows - p * am::panel_rows); };
   packed_panel_tiles<am::amx_block>(
@@ -187,7 +182,7 @@ inline void legacy_panels_amx(const std::byte* base, std::size_t row_bytes, std:
         am::panel_tiles<B>(src, panel_rows(p), x, nb, t0 / am::token_tile,
                            (t0 + nt + am::token_tile - 1) / am::token_tile, n_tokens, y + p * am::panel_rows, rows);
       },
-      [] { return tiles_on{}; });
+      [] { return am::tiles_on(32, 8); });
 }
 #endif
 
@@ -312,25 +307,55 @@ inline void kquant_decode_rows(const std::byte* base, std::size_t row_bytes, std
 }
 
 #if defined(KESTREL_KQUANT_PANEL)
-/// The k-quants' prefill path (AVX-512 VNNI, at least
-/// quant::kpanel_min_tokens<B> tokens): 16-row panels packed once per call
-/// (quant/kquant_panels.hpp) against groups of 8 tokens, blocked by
-/// packed_panel_tiles. A token's
+/// The k-quants' prefill (AVX-512 VNNI, at least quant::kpanel_min_tokens<B>
+/// tokens): 16-row panels packed once per call (quant/kquant_panels.hpp;
+/// pack(p, dst) packs panel p) blocked by packed_panel_tiles, against
+/// groups of 4 tokens, or where amx_enabled() against tiles of 16 tokens
+/// packed once per call (quant/kquant_amx.hpp), the same bits. A token's
 /// outputs do not depend on the other tokens of the call.
+template <class B, class Pack>
+inline void kpanel_prefill(std::size_t rows, const quant::block_q8_K* a, std::size_t nb, std::size_t n_tokens,
+                           float* y, thread_pool* pool, Pack&& pack) {
+  namespace kp = quant::detail::kp;
+  const std::size_t n_panels = (rows + kp::panel_rows - 1) / kp::panel_rows;
+  auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
+  const std::size_t work = n_tokens * rows * nb * quant::qk_k;
+#if defined(KESTREL_KQUANT_AMX)
+  if (quant::amx_enabled()) {
+    namespace ka = quant::detail::kamx;
+    const std::size_t n_tiles = (n_tokens + ka::token_tile - 1) / ka::token_tile;
+    thread_local std::vector<ka::kact_block> acts;  // (n_tiles, nb); grown, never shrunk
+    if (acts.size() < n_tiles * nb) acts.resize(n_tiles * nb);
+    ka::kact_block* const x = acts.data();
+    parallel_for(pool, n_tiles, [&](std::size_t k0, std::size_t k1) {
+      for (std::size_t k = k0; k < k1; ++k) ka::pack_acts(a, n_tokens, nb, k, x + k * nb);
+    }, n_tokens * nb * quant::qk_k);
+    packed_panel_tiles<kp::kpanel_block>(
+        n_panels, nb, sizeof(ka::kact_block) / ka::token_tile, ka::token_tile, n_tokens, work, pool, pack,
+        [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
+          ka::panel_tiles<B>(src, panel_rows(p), x, nb, t0 / ka::token_tile,
+                             (t0 + nt + ka::token_tile - 1) / ka::token_tile, n_tokens, y + p * kp::panel_rows, rows);
+        },
+        [] { return ka::tiles<B>(); });
+    return;
+  }
+#endif
+  packed_panel_tiles<kp::kpanel_block>(
+      n_panels, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, work, pool, pack,
+      [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
+        kp::kpanel_tokens<B>(src, panel_rows(p), a + t0 * nb, nb, nt, y + t0 * rows + p * kp::panel_rows, rows);
+      });
+}
+
+/// kpanel_prefill of a row-major matrix.
 template <class B>
 inline void kquant_panels(const std::byte* base, std::size_t row_bytes, std::size_t rows, const quant::block_q8_K* a,
                           std::size_t nb, std::size_t n_tokens, float* y, thread_pool* pool) {
   namespace kp = quant::detail::kp;
-  const std::size_t n_panels = (rows + kp::panel_rows - 1) / kp::panel_rows;
-  auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
-  packed_panel_tiles<kp::kpanel_block>(
-      n_panels, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, n_tokens * rows * nb * quant::qk_k, pool,
-      [&](std::size_t p, kp::kpanel_block* dst) {
-        kp::pack_kpanel<B>(base + p * kp::panel_rows * row_bytes, row_bytes, panel_rows(p), nb, dst);
-      },
-      [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
-        kp::kpanel_tokens<B>(src, panel_rows(p), a + t0 * nb, nb, nt, y + t0 * rows + p * kp::panel_rows, rows);
-      });
+  kpanel_prefill<B>(rows, a, nb, n_tokens, y, pool, [&](std::size_t p, kp::kpanel_block* dst) {
+    kp::pack_kpanel<B>(base + p * kp::panel_rows * row_bytes, row_bytes,
+                       std::min(kp::panel_rows, rows - p * kp::panel_rows), nb, dst);
+  });
 }
 #endif
 
@@ -520,14 +545,9 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
     if (!reference && n_tokens >= quant::kpanel_min_tokens<B>) {
       // Prefill: the row-major type's panels, packed from the x16 panels (the
       // same packed blocks, so the same bits as from the file's layout).
-      namespace kp = quant::detail::kp;
-      packed_panel_tiles<kp::kpanel_block>(
-          (rows + 15) / 16, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, work, pool,
-          [&](std::size_t p, kp::kpanel_block* dst) { quant::detail::x16::pack_kpanel(panels + p * nb, nb, dst); },
-          [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
-            kp::kpanel_tokens<B>(src, std::min<std::size_t>(16, rows - 16 * p), a + t0 * nb, nb, nt,
-                                 y + t0 * rows + 16 * p, rows);
-          });
+      kpanel_prefill<B>(rows, a, nb, n_tokens, y, pool, [&](std::size_t p, quant::detail::kp::kpanel_block* dst) {
+        quant::detail::x16::pack_kpanel(panels + p * nb, nb, dst);
+      });
       return;
     }
 #endif

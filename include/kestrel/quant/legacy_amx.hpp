@@ -34,39 +34,20 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
 #include "kestrel/quant/legacy_tokens.hpp"
 
-#if defined(KESTREL_LEGACY_PANEL) && defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__linux__)
-#include <cpuid.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "kestrel/quant/amx.hpp"
+
+#if defined(KESTREL_AMX) && defined(KESTREL_LEGACY_PANEL)
 #define KESTREL_LEGACY_AMX 1
 #endif
 
 namespace kestrel::quant {
 
 #if defined(KESTREL_LEGACY_AMX)
-
-/// Whether this process runs the AMX kernels: the CPU reports AMX-TILE and
-/// AMX-INT8 (cpuid leaf 7, EDX bits 24 and 25), Linux grants the process the
-/// tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; the grant
-/// covers every thread of the process), and the environment does not say
-/// KESTREL_AMX=0 (for measuring against the VNNI panels).
-inline bool amx_enabled() noexcept {
-  static const bool ok = [] {
-    if (const char* e = std::getenv("KESTREL_AMX"); e && e[0] == '0') return false;
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
-    if (!((d >> 24) & 1u) || !((d >> 25) & 1u)) return false;
-    constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
-    return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
-  }();
-  return ok;
-}
 
 namespace detail::amx {
 
@@ -130,26 +111,8 @@ inline void pack_acts(const A* a, std::size_t n_tokens, std::size_t nb, std::siz
 }
 
 /// The tile shapes: C in tiles 0 and 1 (16 x 16 int32), A in 2 and 3 (16
-/// tokens x 32 bytes), B in 4 and 5 (8 x 64 bytes). ldtilecfg once per
-/// thread per call; tilerelease after.
-struct alignas(64) tile_config {
-  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-
-inline void configure() noexcept {
-  tile_config c;
-  for (int t : {0, 1}) c.colsb[t] = 64, c.rows[t] = 16;
-  for (int t : {2, 3}) c.colsb[t] = 32, c.rows[t] = 16;
-  for (int t : {4, 5}) c.colsb[t] = 64, c.rows[t] = 8;
-  // GCC 12's _tile_loadconfig names only the first 8 bytes of the 64 as
-  // its operand, so the stores of the rest were dropped as dead (and
-  // ldtilecfg faulted on stack garbage): the whole struct is the operand.
-  asm volatile("ldtilecfg %0" ::"m"(c));
-}
-
-inline void release() noexcept { _tile_release(); }
+/// tokens x 32 bytes), B in 4 and 5 (8 x 64 bytes).
+inline void configure() noexcept { configure_tiles(32, 8); }
 
 /// A panel's nb packed blocks against a tile of 16 tokens (nb act_blocks):
 /// acc[i] lane r = the fused loop for row r and token i.

@@ -1,0 +1,82 @@
+// kestrel/quant/amx.hpp: what the AMX prefill kernels share (legacy_amx.hpp,
+// kquant_amx.hpp): whether this process may run them (amx_enabled), and the
+// tile configuration they use, C tiles of 16 x 16 int32 against A tiles of
+// 16 tokens' activation bytes and B tiles of 16 rows' weight bytes.
+//
+// Built where the compiler targets AMX-TILE and AMX-INT8 (-march=native on
+// such a CPU) with AVX-512, on Linux (the kernel must grant the tile state);
+// elsewhere KESTREL_AMX is not defined and nothing here exists.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+
+#if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
+    defined(__linux__) && defined(__x86_64__)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#define KESTREL_AMX 1
+#endif
+
+namespace kestrel::quant {
+
+#if defined(KESTREL_AMX)
+
+/// Whether this process runs the AMX kernels: the CPU reports AMX-TILE and
+/// AMX-INT8 (cpuid leaf 7, EDX bits 24 and 25), Linux grants the process the
+/// tile data state (arch_prctl ARCH_REQ_XCOMP_PERM, asked once; the grant
+/// covers every thread of the process), and the environment does not say
+/// KESTREL_AMX=0 (for measuring against the VNNI panels).
+inline bool amx_enabled() noexcept {
+  static const bool ok = [] {
+    if (const char* e = std::getenv("KESTREL_AMX"); e && e[0] == '0') return false;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+    if (!((d >> 24) & 1u) || !((d >> 25) & 1u)) return false;
+    constexpr long arch_req_xcomp_perm = 0x1023, xfeature_xtiledata = 18;
+    return syscall(SYS_arch_prctl, arch_req_xcomp_perm, xfeature_xtiledata) == 0;
+  }();
+  return ok;
+}
+
+namespace detail::amx {
+
+/// ldtilecfg's 64-byte operand (palette 1).
+struct alignas(64) tile_config {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+/// Tiles 0 and 1: C, 16 x 16 int32. Tiles 2 and 3: A, 16 tokens x a_bytes
+/// activation bytes. Tiles 4 and 5: B, b_rows x 64 bytes (b_rows = a_bytes
+/// / 4: 16 rows' values in 4-byte groups). Per thread; release() after.
+inline void configure_tiles(std::uint16_t a_bytes, std::uint8_t b_rows) noexcept {
+  tile_config c;
+  for (int t : {0, 1}) c.colsb[t] = 64, c.rows[t] = 16;
+  for (int t : {2, 3}) c.colsb[t] = a_bytes, c.rows[t] = 16;
+  for (int t : {4, 5}) c.colsb[t] = 64, c.rows[t] = b_rows;
+  // GCC 12's _tile_loadconfig names only the first 8 bytes of the 64 as
+  // its operand, so the stores of the rest were dropped as dead (and
+  // ldtilecfg faulted on stack garbage): the whole struct is the operand.
+  asm volatile("ldtilecfg %0" ::"m"(c));
+}
+
+inline void release() noexcept { _tile_release(); }
+
+/// The tiles configured (configure_tiles) for a scope: one thread's share
+/// of a call.
+struct tiles_on {
+  tiles_on(std::uint16_t a_bytes, std::uint8_t b_rows) noexcept { configure_tiles(a_bytes, b_rows); }
+  ~tiles_on() { release(); }
+  tiles_on(const tiles_on&) = delete;
+  tiles_on& operator=(const tiles_on&) = delete;
+};
+
+}  // namespace detail::amx
+
+#endif
+
+}  // namespace kestrel::quant
