@@ -310,8 +310,9 @@ inline void kquant_decode_rows(const std::byte* base, std::size_t row_bytes, std
 /// The k-quants' prefill (AVX-512 VNNI, at least quant::kpanel_min_tokens<B>
 /// tokens): 16-row panels packed once per call (quant/kquant_panels.hpp;
 /// pack(p, dst) packs panel p) blocked by packed_panel_tiles, against
-/// groups of 4 tokens, or where amx_enabled() against tiles of 16 tokens
-/// packed once per call (quant/kquant_amx.hpp), the same bits. A token's
+/// groups of 4 tokens, or for q4_K and q5_K where amx_enabled() against
+/// tiles of 16 tokens packed once per call (quant/kquant_amx.hpp), the same
+/// bits. A token's
 /// outputs do not depend on the other tokens of the call.
 template <class B, class Pack>
 inline void kpanel_prefill(std::size_t rows, const quant::block_q8_K* a, std::size_t nb, std::size_t n_tokens,
@@ -321,7 +322,10 @@ inline void kpanel_prefill(std::size_t rows, const quant::block_q8_K* a, std::si
   auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
   const std::size_t work = n_tokens * rows * nb * quant::qk_k;
 #if defined(KESTREL_KQUANT_AMX)
-  if (quant::amx_enabled()) {
+  // The 32-value sub-blocks only (q4_K, q5_K): with 16-value ones each tile
+  // product is half as long and their scale steps twice as many, and q6_K
+  // measured 0.8x the VNNI panels (one thread, 256 x 2048 x 512 tokens).
+  if (!kp::sub16<B> && quant::amx_enabled()) {
     namespace ka = quant::detail::kamx;
     const std::size_t n_tiles = (n_tokens + ka::token_tile - 1) / ka::token_tile;
     thread_local std::vector<ka::kact_block> acts;  // (n_tiles, nb); grown, never shrunk
