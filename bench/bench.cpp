@@ -70,7 +70,10 @@
 // the int8 peak (vpdpbusd; without AVX-512 VNNI, vpmaddubsw + vpmaddwd,
 // the pair an AVX2 kernel issues per 32 products) for quantized files and the
 // f32 FMA peak (512- or 256-bit, what the CPU has) for float files (f32, f16,
-// bf16).
+// bf16). Where prefill runs on AMX tiles (quant/amx.hpp), the probe also
+// reports the tiles' int8 peak (amx_int8_gops: TDPBSSD back to back, about
+// 16 vpdpbusd's work each), which the bound does not use: the tile kernels
+// are held to the float steps around each block's product, not to the tiles.
 // g++ 12 reports its own AVX-512 intrinsics' `__Y` placeholders (undefined
 // vectors) as uninitialized once inlined; a known false positive.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -101,6 +104,7 @@
 #include "build_info.h"
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/streaming.hpp"
+#include "kestrel/quant/amx.hpp"
 #include "kestrel/quant/mix.hpp"
 
 namespace {
@@ -572,9 +576,43 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) {
   return l[0] + l[1] + l[2] + l[3] + l[4] + l[5] + l[6] + l[7];
 }
 
+#if defined(KESTREL_AMX)
+/// Where the prefill kernels run on AMX tiles (quant::amx_enabled()), the
+/// tiles' int8 peak: 4 independent TDPBSSD accumulations per iteration,
+/// each 16 x 16 x 64 multiply-adds (C in tiles 0-3, A in 4-5, B in 6-7).
+std::int64_t amx_loop(long iters) {
+  namespace am = kestrel::quant::detail::amx;
+  am::tile_config c;
+  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 16;
+  asm volatile("ldtilecfg %0" ::"m"(c));
+  alignas(64) std::int8_t bytes[16][64];
+  std::memset(bytes, 1, sizeof bytes);
+  asm volatile("" ::: "memory");  // tileloadd names no memory operand
+  _tile_loadd(4, bytes, 64);
+  _tile_loadd(5, bytes, 64);
+  _tile_loadd(6, bytes, 64);
+  _tile_loadd(7, bytes, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (long i = 0; i < iters; ++i) {
+    _tile_dpbssd(0, 4, 6);
+    _tile_dpbssd(1, 4, 7);
+    _tile_dpbssd(2, 5, 6);
+    _tile_dpbssd(3, 5, 7);
+  }
+  alignas(64) std::int32_t out[16][16];
+  _tile_stored(0, out, 64);
+  am::release();
+  return out[0][0];
+}
+#endif
+
 struct compute_probe {
   std::size_t n_threads = 0;
   double int8_gops = 0, f32_gflops = 0;  // medians of 3
+  double amx_int8_gops = 0;              // where the prefill kernels use AMX tiles, else 0
 };
 
 compute_probe probe_compute(std::size_t n_threads) {
@@ -599,6 +637,17 @@ compute_probe probe_compute(std::size_t n_threads) {
       s32.push_back(total_iters * 12 * 8 * 2 / t / 1e9);
     }
   }
+#if defined(KESTREL_AMX)
+  if (kestrel::quant::amx_enabled()) {
+    std::vector<double> amx;
+    const long amx_iters = peak_iters / 16;  // one TDPBSSD takes about as long as 16 vpdpbusd
+    for (int run = 0; run < 3; ++run) {
+      const double t = on_threads(n_threads, [&](std::size_t) { sink += amx_loop(amx_iters); });
+      amx.push_back(static_cast<double>(amx_iters) * static_cast<double>(n_threads) * 4 * 16 * 16 * 64 * 2 / t / 1e9);
+    }
+    r.amx_int8_gops = kestrel::bench::median(amx);
+  }
+#endif
   if (sink.load() == 42) std::fprintf(stderr, " ");
   r.int8_gops = kestrel::bench::median(s8);
   r.f32_gflops = kestrel::bench::median(s32);
@@ -766,11 +815,13 @@ struct printer {
     char buf[256];
     std::snprintf(buf, sizeof buf,
                   "\"probe\": \"compute_peak\", \"build_commit\": \"%s\", \"n_threads\": %zu, \"int8_gops\": %.1f, "
-                  "\"f32_gflops\": %.1f",
-                  commit.c_str(), c.n_threads, c.int8_gops, c.f32_gflops);
+                  "\"f32_gflops\": %.1f, \"amx_int8_gops\": %.1f",
+                  commit.c_str(), c.n_threads, c.int8_gops, c.f32_gflops, c.amx_int8_gops);
     if (format == "md")
-      std::printf("probe: compute peak, %zu threads: int8 %.0f GOP/s, f32 FMA %.0f GFLOP/s\n", c.n_threads,
-                  c.int8_gops, c.f32_gflops);
+      std::printf("probe: compute peak, %zu threads: int8 %.0f GOP/s, f32 FMA %.0f GFLOP/s%s\n", c.n_threads,
+                  c.int8_gops, c.f32_gflops,
+                  c.amx_int8_gops > 0 ? (", AMX int8 " + std::to_string(static_cast<long>(c.amx_int8_gops)) + " GOP/s").c_str()
+                                      : "");
     else
       object(buf);
   }

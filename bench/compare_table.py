@@ -86,6 +86,9 @@ def main():
         print("int8 peak: %.0f .. %.0f GOP/s, f32 peak: %.0f .. %.0f GFLOP/s" % (
             min(p["int8_gops"] for p in peaks), max(p["int8_gops"] for p in peaks),
             min(p["f32_gflops"] for p in peaks), max(p["f32_gflops"] for p in peaks)))
+        amx = [p["amx_int8_gops"] for p in peaks if p.get("amx_int8_gops")]
+        if amx:
+            print("AMX int8 peak (prefill's tiles; not in the bounds): %.0f .. %.0f GOP/s" % (min(amx), max(amx)))
     print()
     print("| file | model | test | kestrel t/s | llama.cpp t/s | kestrel / llama.cpp | bound t/s | kestrel / bound | llama.cpp / bound | kestrel peak RSS MiB (limit) |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")

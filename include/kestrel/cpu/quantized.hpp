@@ -22,6 +22,11 @@
 // at least dequant_gemm_min_tokens tokens, of every block type but q4_0
 // and the x16 layouts, to the float GEMM over dequantized panels instead:
 // cpu/matmul.hpp, dequant_gemm.)
+// Where the CPU has AMX-INT8 and Linux grants it (quant::amx_enabled(),
+// KESTREL_AMX=0 to refuse), prefill's legacy-type calls of more than 8
+// tokens and q4_K / q5_K calls take tile kernels instead of those panels
+// (legacy_panels_amx, kpanel_prefill; quant/legacy_amx.hpp,
+// kquant_amx.hpp), with the same bits.
 // For the k-quants with AVX-512 VNNI, calls of at least
 // quant::kpanel_min_tokens<B> tokens (prefill) take 16-row panels packed
 // once per call against 8-token groups (kquant_panels below,
