@@ -1,24 +1,25 @@
 // kestrel/quant/legacy_amx.hpp: the legacy types' prefill (q4_0, q4_1,
 // q5_0, q5_1, q8_0 weights against q8_0 / q8_1 activations) on Intel AMX
 // tiles, where the CPU has AMX-INT8 and Linux lets the process use it
-// (amx_enabled):
+// (amx_enabled, quant/amx.hpp):
 //
-//   amx::pack_panel<W>(rows, row_bytes, n_rows, nb, dst);      // 16 rows -> nb amx_block
-//   amx::panel_tokens<W>(panel, n_rows, a, aux, nb, n_tokens, out, out_stride);
+//   amx::pack_panel<W>(rows, row_bytes, n_rows, nb, panel);   // 16 rows -> nb amx_blocks
+//   amx::pack_acts(a, n_tokens, nb, k, acts + k * nb);        // tokens 16k .. 16k + 15 -> nb act_blocks
+//   amx::configure();  amx::panel_tiles<W>(panel, n_rows, acts, nb, k0, k1, n_tokens, out, out_stride);  amx::release();
 //   // out[t * out_stride + r] = ref::dot_fused(row r, token t), bit for bit
 //
 // ---- the arithmetic: the legacy panels' (legacy_tokens.hpp), bit for bit ----
 //
 // One TDPBSSD multiplies a tile of 16 tokens x 32 activation bytes (one
-// block of each token, A, straight from the q8_0 / q8_1 blocks with the
-// token stride) by a block of 16 rows' 32 values (B, in the tile's 4-byte
-// pair layout: row k / 4 of the tile holds value k of every row in the 4
-// bytes of its column), leaving in C[t][r] the exact integer block sum
-// isum_b of token t and row r. Values are signed bytes: q8_0's as stored,
-// q4_0 / q5_0's code minus 8 / 16, q4_1 / q5_1's codes (0 .. 31) as they are,
-// so no offset term; |isum_b| <= 32 * 128 * 128 = 2^19, exact in int32 and
-// in float. C goes to memory (1 KiB) and every token's row of it, 16 rows'
-// sums in one zmm, takes the per-block step of ref::dot_fused:
+// block of each token, A, packed once per call) by a block of 16 rows' 32
+// values (B, in the tile's 4-byte group layout: row k / 4 of the tile holds
+// value k of every row in the 4 bytes of its column), leaving in C[t][r]
+// the exact integer block sum isum_b of token t and row r. Values are
+// signed bytes: q8_0's as stored, q4_0 / q5_0's code minus 8 / 16, q4_1 /
+// q5_1's codes (0 .. 31) as they are, so no offset term; |isum_b| <= 32 *
+// 128 * 128 = 2^19, exact in int32 and in float. C goes to memory (1 KiB)
+// and every token's row of it, 16 rows' sums in one zmm, takes the
+// per-block step of ref::dot_fused:
 //   y = fma(d_w d_a, float(isum_b), y);  y = fma(m_w, s_a, y) (_1 types)
 // the same instructions, in the same block order, as the VNNI panels, so
 // every output equals theirs and ref::dot_fused's bit for bit.
@@ -27,9 +28,11 @@
 //
 // With VNNI a (token, block) of a 16-row panel costs 8 vpdpbusd and 3 float
 // operations; here the 8 x 16 vpdpbusd of 16 tokens are one TDPBSSD (16 x 16
-// x 32 multiply-adds, 8 cycles of the tile unit), and what is left per
-// token is the float step: a convert, a multiply and an FMA per block.
-// Measured: the header comment of legacy_panels_amx (cpu/quantized.hpp).
+// x 32 multiply-adds), and what is left per token is the float step: a
+// convert, a multiply and an FMA per block. A tile product cannot be summed
+// over blocks (each block has its own scales), so that step and the tile
+// store per block bound the kernel. Measured, and what else was tried:
+// bench/README.md, "Intel with AMX".
 #pragma once
 
 #include <cstddef>
