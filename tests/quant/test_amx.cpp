@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cpu/helpers.hpp"
+#include "quant/legacy_extremes.hpp"
 #include <random>
 
 #include "kestrel/quant/kquant_amx.hpp"
@@ -99,9 +100,9 @@ TEST_CASE_TEMPLATE("quant: AMX prefill tiles == ref::dot_fused bit for bit", W, 
         check_random<W>(rows, n_tokens, n, static_cast<std::uint32_t>(rows * 1000 + n_tokens * 10 + n));
 }
 
-// The largest block sums: every weight value at its extreme against
-// activations all 127 or all -128 (below quantize_row's -127), the scales at
-// their f16 extremes; |isum_b| <= 32 * 128 * 128 stays exact.
+// The largest block sums (quant/legacy_extremes.hpp): every weight value at
+// its extreme against activations all 127 or all -128, the scales at their
+// f16 extremes; |isum_b| <= 32 * 128 * 128 stays exact.
 TEST_CASE_TEMPLATE("quant: AMX prefill tiles' integer sums at the extremes are exact", W, AMX_TYPES) {
   if (!q::amx_enabled()) {
     MESSAGE("skipped: this CPU or kernel gives no AMX-INT8 tiles (or KESTREL_AMX=0)");
@@ -110,19 +111,8 @@ TEST_CASE_TEMPLATE("quant: AMX prefill tiles' integer sums at the extremes are e
   using A = q::activation_of_t<W>;
   const std::size_t rows = 17, n_tokens = 19, n = 96, nb = n / 32;
   for (int pattern = 0; pattern < 4; ++pattern) {
-    std::vector<W> w(rows * nb);
-    for (auto& b : w) {
-      std::memset(&b, pattern % 2 ? 0xff : 0x00, sizeof b);
-      if constexpr (std::is_same_v<W, q::block_q8_0>) std::memset(b.qs, pattern % 2 ? 0x7f : 0x81, 32);
-      b.d = kestrel::to_f16(pattern < 2 ? 65504.0f : 6.0e-8f);
-      if constexpr (q::has_offset_m<W>) b.m = kestrel::to_f16(-3.0f);
-    }
-    std::vector<A> a(n_tokens * nb);
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      std::memset(a[i].qs, i % 2 ? 0x7f : 0x80, 32);
-      a[i].d = kestrel::to_f16(pattern < 2 ? 1.0e-3f : 65504.0f);
-      if constexpr (std::is_same_v<A, q::block_q8_1>) a[i].s = kestrel::to_f16(0.5f);
-    }
+    const auto w = kestrel::test::extreme_weights<W>(rows * nb, pattern);
+    const auto a = kestrel::test::extreme_acts<A>(n_tokens * nb, pattern);
     CAPTURE(pattern);
     check_amx(w, a, rows, n_tokens, n);
   }

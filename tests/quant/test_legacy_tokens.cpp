@@ -34,12 +34,15 @@
 #endif
 
 #include "cpu/helpers.hpp"
+#include "quant/legacy_extremes.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_decode.hpp"
 #include "kestrel/quant/legacy_tiles_avx2.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
 
 namespace q = kestrel::quant;
+using kestrel::test::extreme_acts;
+using kestrel::test::extreme_weights;
 using kestrel::test::gamma_n;
 using kestrel::test::random_floats;
 
@@ -107,21 +110,9 @@ TEST_CASE_TEMPLATE("quant: dot_tile == ref::dot_fused bit for bit; a token in a 
 TEST_CASE_TEMPLATE("quant: dot_tile's integer sums at the extremes are exact", W, TILE_TYPES) {
   using A = q::activation_of_t<W>;
   const std::size_t rows = 17, n_tokens = 3, n = 64, nb = n / 32;
-  std::mt19937 rng(9);
   for (int pattern = 0; pattern < 4; ++pattern) {
-    std::vector<W> w(rows * nb);
-    for (auto& b : w) {
-      std::memset(&b, pattern % 2 ? 0xff : 0x00, sizeof b);  // all codes max (pattern 1, 3) or 0
-      if constexpr (std::is_same_v<W, q::block_q8_0>) std::memset(b.qs, pattern % 2 ? 0x7f : 0x81, 32);  // 127 / -127
-      b.d = kestrel::to_f16(pattern < 2 ? 65504.0f : 6.0e-8f);
-      if constexpr (q::has_offset_m<W>) b.m = kestrel::to_f16(-3.0f);
-    }
-    std::vector<A> a(n_tokens * nb);
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      std::memset(a[i].qs, i % 2 ? 0x7f : 0x80, 32);  // 127 or -128
-      a[i].d = kestrel::to_f16(pattern < 2 ? 1.0e-3f : 65504.0f);
-      if constexpr (std::is_same_v<A, q::block_q8_1>) a[i].s = kestrel::to_f16(0.5f);
-    }
+    const auto w = extreme_weights<W>(rows * nb, pattern);
+    const auto a = extreme_acts<A>(n_tokens * nb, pattern);  // 127 or -128
     CAPTURE(pattern);
     check_tile(w, a, rows, n_tokens, n);
   }
@@ -305,19 +296,8 @@ TEST_CASE_TEMPLATE("quant: dot_rows_decode within gamma_(nb+6) T of exact; a tok
 #endif
   for (int pattern = 0; pattern < 4; ++pattern) {
     const std::size_t rows = 5, n_tokens = 3, nb = 19, n = nb * 32;
-    std::vector<W> w(rows * nb);
-    for (auto& b : w) {
-      std::memset(&b, pattern % 2 ? 0xff : 0x00, sizeof b);
-      if constexpr (std::is_same_v<W, q::block_q8_0>) std::memset(b.qs, pattern % 2 ? 0x7f : 0x81, 32);
-      b.d = kestrel::to_f16(pattern < 2 ? 65504.0f : 6.0e-8f);
-      if constexpr (q::has_offset_m<W>) b.m = kestrel::to_f16(-3.0f);
-    }
-    std::vector<A> a(n_tokens * nb);
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      std::memset(a[i].qs, i % 2 ? 0x7f : a_min, 32);
-      a[i].d = kestrel::to_f16(pattern < 2 ? 1.0e-3f : 65504.0f);
-      if constexpr (std::is_same_v<A, q::block_q8_1>) a[i].s = kestrel::to_f16(0.5f);
-    }
+    const auto w = extreme_weights<W>(rows * nb, pattern);
+    const auto a = extreme_acts<A>(n_tokens * nb, pattern, a_min);
     CAPTURE(pattern);
     check_decode(w, a, rows, n_tokens, n);
   }

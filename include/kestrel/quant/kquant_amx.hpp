@@ -50,7 +50,7 @@ namespace kestrel::quant {
 #if defined(KESTREL_KQUANT_AMX)
 namespace detail::kamx {
 
-inline constexpr std::size_t token_tile = 16;
+using amx::token_tile;
 
 /// One super-block of a tile of 16 tokens: q[i] token i's 256 activation
 /// bytes (an A tile of sub-block g is q[0] + 32 g, stride 256), bsums[i]
@@ -161,14 +161,8 @@ template <class B>
 inline void panel_tiles(const kp::kpanel_block* p, std::size_t n_rows, const kact_block* x, std::size_t nb,
                         std::size_t k0, std::size_t k1, std::size_t n_tokens, float* out,
                         std::size_t out_stride) noexcept {
-  const __mmask16 valid = panel_row_mask(n_rows);
-  __m512 acc[token_tile];
-  for (std::size_t k = k0; k < k1; ++k) {
-    tile_16x16<B>(p, x + k * nb, nb, acc);
-    const std::size_t t0 = k * token_tile;
-    for (std::size_t i = 0; i < token_tile && t0 + i < n_tokens; ++i)
-      _mm512_mask_storeu_ps(out + (t0 + i) * out_stride, valid, acc[i]);
-  }
+  amx::store_token_tiles(n_rows, k0, k1, n_tokens, out, out_stride,
+                         [&](std::size_t k, __m512* acc) { tile_16x16<B>(p, x + k * nb, nb, acc); });
 }
 
 }  // namespace detail::kamx
