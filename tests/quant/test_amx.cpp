@@ -1,12 +1,8 @@
-// tests/quant/test_amx.cpp: the prefill kernels on AMX tiles, bit for bit
-// against what they replace:
-// - the legacy types (quant/legacy_amx.hpp) against the exact-order scalar
-//   twin quant::ref::dot_fused: the tiles give each block's exact integer sum
-//   and the float step is dot_fused's per-block fma in block order;
-// - the k-quants (quant/kquant_amx.hpp) against the VNNI panels
-//   (kquant_panels.hpp, themselves held to the derived bound of exact in
-//   test_kquants_simd.cpp): the same integers S and C, the same float steps.
-// So any difference, in any tile shape, is a bug. Runs where amx_enabled()
+// tests/quant/test_amx.cpp: the legacy types' prefill on AMX tiles
+// (quant/legacy_amx.hpp) against the exact-order scalar twin
+// quant::ref::dot_fused, bit for bit: the tiles give each block's exact
+// integer sum and the float step is dot_fused's per-block fma in block
+// order, so any difference, in any tile shape, is a bug. Runs where amx_enabled()
 // (a CPU with AMX-INT8 that Linux lets this process use); elsewhere it says so
 // and checks nothing.
 #include <doctest/doctest.h>
@@ -17,10 +13,6 @@
 
 #include "cpu/helpers.hpp"
 #include "quant/legacy_extremes.hpp"
-#include <random>
-
-#include "kestrel/quant/kquant_amx.hpp"
-#include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_amx.hpp"
 
@@ -115,99 +107,6 @@ TEST_CASE_TEMPLATE("quant: AMX prefill tiles' integer sums at the extremes are e
     const auto a = kestrel::test::extreme_acts<A>(n_tokens * nb, pattern);
     CAPTURE(pattern);
     check_amx(w, a, rows, n_tokens, n);
-  }
-}
-#endif
-
-#if defined(KESTREL_KQUANT_AMX)
-namespace {
-
-/// Every (row, token) of rows x n_tokens through the AMX tiles equals the
-/// VNNI panels' result bit for bit (one panel pack for both); nothing is
-/// written outside the outputs.
-template <class B>
-void check_kamx(const std::vector<B>& w, const std::vector<q::block_q8_K>& a, std::size_t rows, std::size_t n_tokens,
-                std::size_t nb) {
-  namespace kp = q::detail::kp;
-  namespace ka = q::detail::kamx;
-  const std::size_t n_panels = (rows + 15) / 16, n_tiles = (n_tokens + 15) / 16;
-  std::vector<kp::kpanel_block> panels(n_panels * nb);
-  std::vector<ka::kact_block> acts(n_tiles * nb);
-  const auto* base = reinterpret_cast<const std::byte*>(w.data());
-  for (std::size_t p = 0; p < n_panels; ++p)
-    kp::pack_kpanel<B>(base + 16 * p * nb * sizeof(B), nb * sizeof(B), std::min<std::size_t>(16, rows - 16 * p), nb,
-                       panels.data() + p * nb);
-  for (std::size_t k = 0; k < n_tiles; ++k) ka::pack_acts(a.data(), n_tokens, nb, k, acts.data() + k * nb);
-  std::vector<float> vnni(n_tokens * rows, -7.0f), out(n_tokens * rows + 1, -7.0f);
-  for (std::size_t p = 0; p < n_panels; ++p)
-    kp::kpanel_tokens<B>(panels.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), a.data(), nb, n_tokens,
-                         vnni.data() + 16 * p, rows);
-  {
-    const auto tiles = ka::tiles<B>();
-    for (std::size_t p = 0; p < n_panels; ++p)
-      ka::panel_tiles<B>(panels.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), acts.data(), nb, 0, n_tiles,
-                         n_tokens, out.data() + 16 * p, rows);
-  }
-  std::size_t bad = 0;
-  for (std::size_t i = 0; i < vnni.size(); ++i) bad += !same_bits(out[i], vnni[i]);
-  CAPTURE(rows);
-  CAPTURE(n_tokens);
-  CAPTURE(nb);
-  CHECK(bad == 0);
-  CHECK(out[n_tokens * rows] == -7.0f);
-}
-
-template <class B> void check_krandom(std::size_t rows, std::size_t n_tokens, std::size_t nb, std::uint32_t seed) {
-  std::vector<B> w(rows * nb);
-  std::vector<q::block_q8_K> a(n_tokens * nb);
-  q::quantize_row(random_floats(rows * nb * q::qk_k, seed).data(), w.data(), rows * nb * q::qk_k);
-  q::quantize_row(random_floats(n_tokens * nb * q::qk_k, seed + 1, -3.0f, 3.0f).data(), a.data(),
-                  n_tokens * nb * q::qk_k);
-  check_kamx(w, a, rows, n_tokens, nb);
-}
-
-}  // namespace
-
-#define KAMX_TYPES q::block_q2_K, q::block_q3_K, q::block_q4_K, q::block_q5_K, q::block_q6_K
-
-TEST_CASE_TEMPLATE("quant: AMX k-quant prefill tiles == the VNNI panels bit for bit", B, KAMX_TYPES) {
-  if (!q::amx_enabled()) {
-    MESSAGE("skipped: this CPU or kernel gives no AMX-INT8 tiles (or KESTREL_AMX=0)");
-    return;
-  }
-  for (std::size_t rows : {1, 16, 19, 33})
-    for (std::size_t n_tokens : {1, 13, 16, 17, 37})
-      for (std::size_t nb : {1, 3})
-        check_krandom<B>(rows, n_tokens, nb, static_cast<std::uint32_t>(rows * 1000 + n_tokens * 10 + nb));
-}
-
-// The largest sums: every weight byte random (codes, 6-bit scales and mins
-// at their extremes among them) with finite f16 scales, against activations
-// all 127 or all -128 with their true bsums.
-TEST_CASE_TEMPLATE("quant: AMX k-quant prefill tiles at the extremes == the VNNI panels", B, KAMX_TYPES) {
-  if (!q::amx_enabled()) {
-    MESSAGE("skipped: this CPU or kernel gives no AMX-INT8 tiles (or KESTREL_AMX=0)");
-    return;
-  }
-  const std::size_t rows = 19, n_tokens = 21, nb = 2;
-  std::mt19937 rng(17);
-  for (int pattern = 0; pattern < 3; ++pattern) {
-    std::vector<B> w(rows * nb);
-    for (auto& b : w) {
-      auto* bytes = reinterpret_cast<unsigned char*>(&b);
-      for (std::size_t i = 0; i < sizeof b; ++i) bytes[i] = pattern == 2 ? 0xff : static_cast<unsigned char>(rng());
-      b.d = kestrel::to_f16(pattern == 1 ? 6.0e-8f : 1.5f);
-      if constexpr (requires { b.dmin; }) b.dmin = kestrel::to_f16(0.75f);
-    }
-    std::vector<q::block_q8_K> a(n_tokens * nb);
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      const std::int8_t v = i % 2 ? 127 : -128;
-      std::memset(a[i].qs, static_cast<unsigned char>(v), sizeof a[i].qs);
-      for (auto& s : a[i].bsums) s = static_cast<std::int16_t>(16 * v);
-      a[i].d = pattern == 1 ? 65504.0f : 1.0e-3f;
-    }
-    CAPTURE(pattern);
-    check_kamx(w, a, rows, n_tokens, nb);
   }
 }
 #endif

@@ -24,9 +24,8 @@
 // cpu/matmul.hpp, dequant_gemm.)
 // Where the CPU has AMX-INT8 and Linux grants it (quant::amx_enabled(),
 // KESTREL_AMX=0 to refuse), prefill's legacy-type calls of more than 8
-// tokens and q4_K / q5_K calls take tile kernels instead of those panels
-// (legacy_panels_amx, kpanel_prefill; quant/legacy_amx.hpp,
-// kquant_amx.hpp), with the same bits.
+// tokens take a tile kernel instead of those panels (legacy_panels_amx,
+// quant/legacy_amx.hpp), with the same bits.
 // For the k-quants with AVX-512 VNNI, calls of at least
 // quant::kpanel_min_tokens<B> tokens (prefill) take 16-row panels packed
 // once per call against 8-token groups (kquant_panels below,
@@ -52,7 +51,6 @@
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/prefetch.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
-#include "kestrel/quant/kquant_amx.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/legacy_x16.hpp"
@@ -329,11 +327,12 @@ inline void kquant_decode_rows(const std::byte* base, std::size_t row_bytes, std
 #if defined(KESTREL_KQUANT_PANEL)
 /// The k-quants' prefill (AVX-512 VNNI, at least quant::kpanel_min_tokens<B>
 /// tokens): 16-row panels packed once per call (quant/kquant_panels.hpp;
-/// pack(p, dst) packs panel p) blocked by packed_panel_tiles, against
-/// groups of 4 tokens, or for q4_K and q5_K where amx_enabled() against
-/// tiles of 16 tokens packed once per call (quant/kquant_amx.hpp), the same
-/// bits. A token's
-/// outputs do not depend on the other tokens of the call.
+/// pack(p, dst) packs panel p, from a row-major or an x16 matrix) blocked
+/// by packed_panel_tiles, against groups of 4 tokens. A token's outputs do
+/// not depend on the other tokens of the call. (AMX tiles for q4_K and
+/// q5_K, the VNNI panels' bits, measured 0.955 of this time on TinyLlama
+/// Q4_K_M and 1.06 on the 110M shape, and were dropped: bench/README.md,
+/// "Intel with AMX".)
 template <class B, class Pack>
 inline void kpanel_prefill(std::size_t rows, const quant::block_q8_K* a, std::size_t nb, std::size_t n_tokens,
                            float* y, thread_pool* pool, Pack&& pack) {
@@ -341,25 +340,6 @@ inline void kpanel_prefill(std::size_t rows, const quant::block_q8_K* a, std::si
   const std::size_t n_panels = (rows + kp::panel_rows - 1) / kp::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
   const std::size_t work = n_tokens * rows * nb * quant::qk_k;
-#if defined(KESTREL_KQUANT_AMX)
-  // The 32-value sub-blocks only (q4_K, q5_K): with 16-value ones each tile
-  // product is half as long and their scale steps twice as many, and q6_K
-  // measured 0.8x the VNNI panels (one thread, 256 x 2048 x 512 tokens).
-  if (!kp::sub16<B> && quant::amx_enabled()) {
-    namespace ka = quant::detail::kamx;
-    const ka::kact_block* const x = amx_token_tiles<ka::kact_block>(
-        n_tokens, nb, n_tokens * nb * quant::qk_k, pool,
-        [&](std::size_t k, ka::kact_block* dst) { ka::pack_acts(a, n_tokens, nb, k, dst); });
-    packed_panel_tiles<kp::kpanel_block>(
-        n_panels, nb, sizeof(ka::kact_block) / ka::token_tile, ka::token_tile, n_tokens, work, pool, pack,
-        [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
-          ka::panel_tiles<B>(src, panel_rows(p), x, nb, t0 / ka::token_tile,
-                             (t0 + nt + ka::token_tile - 1) / ka::token_tile, n_tokens, y + p * kp::panel_rows, rows);
-        },
-        [] { return ka::tiles<B>(); });
-    return;
-  }
-#endif
   packed_panel_tiles<kp::kpanel_block>(
       n_panels, nb, sizeof(quant::block_q8_K), kp::token_group, n_tokens, work, pool, pack,
       [&](const kp::kpanel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {

@@ -1,7 +1,8 @@
-// kestrel/quant/amx.hpp: what the AMX prefill kernels share (legacy_amx.hpp,
-// kquant_amx.hpp): whether this process may run them (amx_enabled), and the
-// tile configuration they use, C tiles of 16 x 16 int32 against A tiles of
-// 16 tokens' activation bytes and B tiles of 16 rows' weight bytes.
+// kestrel/quant/amx.hpp: what an AMX prefill kernel needs (legacy_amx.hpp):
+// whether this process may run it (amx_enabled), the tile configuration, C
+// tiles of 16 x 16 int32 against A tiles of 16 tokens' activation bytes and
+// B tiles of 16 rows' weight bytes, and the driver that stores a panel's
+// token tiles.
 //
 // Built where the compiler targets AMX-TILE and AMX-INT8 (-march=native on
 // such a CPU) with AVX-512, on Linux (the kernel must grant the tile state);
@@ -85,7 +86,7 @@ inline constexpr std::size_t panel_rows = 16;
 /// Token tiles [k0, k1) of a call of n_tokens against one panel of n_rows
 /// real rows: tile(k, acc) leaves in acc[i] (lane r = row r) the outputs of
 /// token 16 k + i, which go to out + (16 k + i) * out_stride, the real rows
-/// and tokens only. The driver of both AMX kernels' panel_tiles.
+/// and tokens only.
 template <class Tile>
 inline void store_token_tiles(std::size_t n_rows, std::size_t k0, std::size_t k1, std::size_t n_tokens, float* out,
                               std::size_t out_stride, Tile&& tile) noexcept {
