@@ -155,25 +155,6 @@ inline void packed_panel_tiles(std::size_t n_panels, std::size_t nb, std::size_t
   }, work);
 }
 
-#if defined(KESTREL_AMX)
-/// A call's tokens packed in tiles of 16 for the AMX kernels, into the
-/// calling thread's buffer (grown, never shrunk; valid until its next call
-/// for the same Act), the threads splitting the tiles: pack_tile(k, dst)
-/// packs tile k's nb blocks into dst.
-template <class Act, class PackTile>
-inline const Act* amx_token_tiles(std::size_t n_tokens, std::size_t nb, std::size_t work, thread_pool* pool,
-                                  PackTile&& pack_tile) {
-  const std::size_t n_tiles = (n_tokens + quant::detail::amx::token_tile - 1) / quant::detail::amx::token_tile;
-  thread_local std::vector<Act> acts;
-  if (acts.size() < n_tiles * nb) acts.resize(n_tiles * nb);
-  Act* const x = acts.data();
-  parallel_for(pool, n_tiles, [&](std::size_t k0, std::size_t k1) {
-    for (std::size_t k = k0; k < k1; ++k) pack_tile(k, x + k * nb);
-  }, work);
-  return x;
-}
-#endif
-
 #if defined(KESTREL_LEGACY_AMX)
 /// The legacy types' prefill on AMX tiles (quant/legacy_amx.hpp), more
 /// than lp::token_group tokens where amx_enabled(): the tokens packed once
@@ -185,9 +166,13 @@ template <class B, class A>
 inline void legacy_panels_amx(const std::byte* base, std::size_t row_bytes, std::size_t rows, const A* a,
                               std::size_t nb, std::size_t n_tokens, float* y, thread_pool* pool) {
   namespace am = quant::detail::amx;
-  const am::act_block* const x = amx_token_tiles<am::act_block>(
-      n_tokens, nb, n_tokens * nb * 32, pool,
-      [&](std::size_t k, am::act_block* dst) { am::pack_acts(a, n_tokens, nb, k, dst); });
+  const std::size_t n_tiles = (n_tokens + am::token_tile - 1) / am::token_tile;
+  thread_local std::vector<am::act_block> acts;  // (n_tiles, nb); grown, never shrunk
+  if (acts.size() < n_tiles * nb) acts.resize(n_tiles * nb);
+  am::act_block* const x = acts.data();
+  parallel_for(pool, n_tiles, [&](std::size_t k0, std::size_t k1) {
+    for (std::size_t k = k0; k < k1; ++k) am::pack_acts(a, n_tokens, nb, k, x + k * nb);
+  }, n_tokens * nb * 32);
   const std::size_t n_panels = (rows + am::panel_rows - 1) / am::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(am::panel_rows, rows - p * am::panel_rows); };
   packed_panel_tiles<am::amx_block>(

@@ -1,19 +1,15 @@
 // kestrel/quant/amx.hpp: what an AMX prefill kernel needs (legacy_amx.hpp):
 // whether this process may run it (amx_enabled), the tile configuration, C
 // tiles of 16 x 16 int32 against A tiles of 16 tokens' activation bytes and
-// B tiles of 16 rows' weight bytes, and the driver that stores a panel's
-// token tiles.
+// B tiles of 16 rows' weight bytes.
 //
 // Built where the compiler targets AMX-TILE and AMX-INT8 (-march=native on
 // such a CPU) with AVX-512, on Linux (the kernel must grant the tile state);
 // elsewhere KESTREL_AMX is not defined and nothing here exists.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-
-#include "kestrel/quant/token_groups.hpp"
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
     defined(__linux__) && defined(__x86_64__)
@@ -78,27 +74,6 @@ struct tiles_on {
   tiles_on(const tiles_on&) = delete;
   tiles_on& operator=(const tiles_on&) = delete;
 };
-
-/// Tokens per A tile, and rows per panel (a C tile's 16 x 16).
-inline constexpr std::size_t token_tile = 16;
-inline constexpr std::size_t panel_rows = 16;
-
-/// Token tiles [k0, k1) of a call of n_tokens against one panel of n_rows
-/// real rows: tile(k, acc) leaves in acc[i] (lane r = row r) the outputs of
-/// token 16 k + i, which go to out + (16 k + i) * out_stride, the real rows
-/// and tokens only.
-template <class Tile>
-inline void store_token_tiles(std::size_t n_rows, std::size_t k0, std::size_t k1, std::size_t n_tokens, float* out,
-                              std::size_t out_stride, Tile&& tile) noexcept {
-  const __mmask16 valid = panel_row_mask(n_rows);
-  __m512 acc[token_tile];
-  for (std::size_t k = k0; k < k1; ++k) {
-    tile(k, acc);
-    const std::size_t t0 = k * token_tile;
-    for (std::size_t i = 0; i < token_tile && t0 + i < n_tokens; ++i)
-      _mm512_mask_storeu_ps(out + (t0 + i) * out_stride, valid, acc[i]);
-  }
-}
 
 }  // namespace detail::amx
 
