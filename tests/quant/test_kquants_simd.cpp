@@ -492,7 +492,7 @@ TEST_CASE("x16 kernel: every row and token within the derived bound of exact and
 }
 
 #if defined(KESTREL_KQUANT_X16)
-TEST_CASE("x16 kernel: the same bits whichever way the blocks ahead are asked for (every row_streams plan)") {
+TEST_CASE("x16 kernel: the same bits whichever way the blocks ahead are asked for (every row_streams plan) and two panels side by side") {
   auto check = [&]<class X>(const char* name, std::uint32_t seed) {
     using B = typename q::x16_source<X>::type;
     std::mt19937 rng(seed);
@@ -514,6 +514,12 @@ TEST_CASE("x16 kernel: the same bits whichever way the blocks ahead are asked fo
       CHECK(std::count(out[0].begin(), out[0].end(), -7.0f) == 0);
       CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
       CHECK(std::memcmp(out[0].data(), out[2].data(), out[0].size() * sizeof(float)) == 0);
+      if (n_tokens == 1) {
+        // Intel's decode walk: panels 0 and 1 side by side (x16_pairs), the same bits as one at a time
+        std::vector<float> paired(32, -7.0f);
+        q::detail::x16::x16_pairs(packed.data(), 1, a.data(), nb, paired.data());
+        CHECK(std::memcmp(paired.data(), out[0].data(), 32 * sizeof(float)) == 0);
+      }
     }
   };
   check.template operator()<q::block_q4_K_x16>("q4_K", 303);

@@ -9,6 +9,7 @@
 //   quant::unpack_x16(panel, r, nb, row);                     // and back, bit for bit
 //   quant::ref::vec_dot_x16(panel, r, a, n);                  // the scalar twin: row r of a panel
 //   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // AVX-512 VNNI
+//   quant::detail::x16::x16_pairs(panels, half, a, nb, out);  // decode on Intel: two panels side by side
 //   quant::detail::x16::pack_kpanel(panel, nb, blocks);       // the prefill panels' blocks
 //
 // Why: quant/kquants.hpp's row-major kernel spends two 256-bit multiplies
@@ -542,6 +543,16 @@ inline constexpr std::size_t prefetch_blocks = 8;
 /// against far_l2): next_l1 0.86-0.89; both prefetches at once 1.21; 16
 /// blocks into L2 1.02; into L1 two blocks or 2 KiB ahead, level with one
 /// block. Either way the same bits: only the lines asked for differ.
+/// On Intel (row_streams::wide) decode walks two panels side by side with
+/// next_l1 (x16_pairs): measured on an AMX Xeon (family 6 model 167), a
+/// /tmp harness of 28000 panels x 8 blocks, alternated medians, GB/s over
+/// far_l2 one panel at a time: one thread, 2 panels + next_l1 1.07-1.20, 4
+/// or 8 panels no better, next_l1 alone 1.00-1.08, 2 panels without
+/// prefetch 0.93-1.16; two threads 1.07-1.18. bench/ab_decode.sh, token
+/// time: TinyLlama Q4_K_M 0.87-0.88, 110M Q4_K_M 0.89. (On Emerald Rapids
+/// either change alone had not paid: 0.98 and 1.08.) The kernel still reads
+/// at ~0.6 of a plain 8-stream read there: its arithmetic alone runs at
+/// 16-30 GB/s a core, a plain read at 13-19, and the two barely overlap.
 enum class x16_ahead : unsigned char { far_l2, next_l1 };
 
 inline constexpr x16_ahead x16_ahead_for(cpu::row_streams plan) noexcept {
@@ -618,83 +629,89 @@ inline void q6_codes(__m512i ql, __m512i qh0, __m512i qh1, int g, __m512i& lo, _
   hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m0f, _mm512_and_si512(to_bit4(qh1), m30), 0xEA);
 }
 
-/// acc[t] (lane r) = the dot of row r with token t < NT over blocks [0, nb)
-/// (the arithmetic in the header). q6_K: each 16-value chain starts at -32
-/// times its activations' sum (the code offset, exact), so S sums (v - 32)
-/// a_i directly and there is no second term. A: how the blocks ahead are
-/// asked for.
-template <class X, std::size_t NT, x16_ahead A = x16_ahead::far_l2>
-inline void x16_group(const X* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m512* acc) noexcept {
+/// acc[NT i + t] (lane r) = the dot of row r of panel p[i] with token t <
+/// NT over blocks [0, nb) (the arithmetic in the header), i < NP. q6_K: each
+/// 16-value chain starts at -32 times its activations' sum (the code offset,
+/// exact), so S sums (v - 32) a_i directly and there is no second term. A:
+/// how the blocks ahead are asked for. NP > 1 walks NP panels side by side,
+/// block by block (x16_pairs: NP streams through memory); each panel's
+/// operations are the same whatever NP, so the same bits.
+template <class X, std::size_t NT, x16_ahead A = x16_ahead::far_l2, std::size_t NP = 1>
+inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m512* acc) noexcept {
   constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>;
-  __m512 accm[NT];
-  for (std::size_t t = 0; t < NT; ++t) acc[t] = accm[t] = _mm512_setzero_ps();
+  __m512 accm[NP * NT];
+  for (std::size_t k = 0; k < NP * NT; ++k) acc[k] = accm[k] = _mm512_setzero_ps();
   const __m512i lo_mask = _mm512_set1_epi8(0x0f), hi_mask = _mm512_set1_epi8(static_cast<char>(0xf0));
   for (std::size_t b = 0; b < nb; ++b) {
-    const X& pb = p[b];
-    prefetch_ahead<A>(p, b);
-    __m512i tot[NT];
-    for (std::size_t t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
-    [[maybe_unused]] k4_scales ks;
-    if constexpr (!q6) ks = unpack_scales(pb);
-    for (int u = 0; u < 8; ++u) {
-      __m512i s0[NT], s1[NT];
+    for (std::size_t i = 0; i < NP; ++i) {
+      const X& pb = p[i][b];
+      prefetch_ahead<A>(p[i], b);
+      __m512i tot[NT];
+      for (std::size_t t = 0; t < NT; ++t) tot[t] = _mm512_setzero_si512();
+      [[maybe_unused]] k4_scales ks;
+      if constexpr (!q6) ks = unpack_scales(pb);
+      for (int u = 0; u < 8; ++u) {
+        __m512i s0[NT], s1[NT];
+        if constexpr (q6) {
+          for (std::size_t t = 0; t < NT; ++t) {
+            const block_q8_K& ab = a[t * stride + b];
+            s0[t] = _mm512_set1_epi32(-32 * ab.bsums[2 * u]);
+            s1[t] = _mm512_set1_epi32(-32 * ab.bsums[2 * u + 1]);
+          }
+          const __m512i qh0 = _mm512_load_si512(pb.unit[u].qh[0]), qh1 = _mm512_load_si512(pb.unit[u].qh[1]);
+          for (int g = 0; g < 4; ++g) {
+            __m512i lo, hi;
+            q6_codes(_mm512_load_si512(pb.unit[u].ql[g]), qh0, qh1, g, lo, hi);
+            for (std::size_t t = 0; t < NT; ++t) {
+              const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+              s0[t] = dpbusd_bcast(s0[t], lo, q);
+              s1[t] = dpbusd_bcast(s1[t], hi, q + 16);
+            }
+          }
+          const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u][0])));
+          const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u][1])));
+          for (std::size_t t = 0; t < NT; ++t)
+            tot[t] = _mm512_add_epi32(tot[t], _mm512_add_epi32(_mm512_mullo_epi32(s0[t], sc0), _mm512_mullo_epi32(s1[t], sc1)));
+        } else {
+          for (std::size_t t = 0; t < NT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
+          for (int g = 0; g < 4; ++g) {
+            const __m512i codes = _mm512_load_si512(pb.qs[u][g]);
+            const __m512i lo = _mm512_and_si512(codes, lo_mask), hi = _mm512_and_si512(codes, hi_mask);
+            for (std::size_t t = 0; t < NT; ++t) {
+              const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
+              s0[t] = dpbusd_bcast(s0[t], lo, q);
+              s1[t] = dpbusd_bcast(s1[t], hi, q + 16);  // 16 x the high codes' sum: exact, shifted back below
+            }
+          }
+          const __m512i sc = _mm512_shuffle_epi8(ks.sc[u / 4], byte_ctrl(u % 4));
+          for (std::size_t t = 0; t < NT; ++t)
+            tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0[t], _mm512_srai_epi32(s1[t], 4)), sc));
+        }
+      }
+      __m512* const ac = acc + NT * i;
+      __m512* const am = accm + NT * i;
+      const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.d)));
       if constexpr (q6) {
+        for (std::size_t t = 0; t < NT; ++t)
+          ac[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(a[t * stride + b].d)), _mm512_cvtepi32_ps(tot[t]), ac[t]);
+      } else {
+        const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.dmin)));
+        __m512i mins[4];
+        for (int j = 0; j < 4; ++j) mins[j] = _mm512_shuffle_epi8(ks.mn[j / 2], pair_ctrl(2 * (j % 2)));  // (m_2j, m_2j+1)
         for (std::size_t t = 0; t < NT; ++t) {
           const block_q8_K& ab = a[t * stride + b];
-          s0[t] = _mm512_set1_epi32(-32 * ab.bsums[2 * u]);
-          s1[t] = _mm512_set1_epi32(-32 * ab.bsums[2 * u + 1]);
+          alignas(16) std::int32_t pairs[4];
+          bsum_pairs(ab, pairs);
+          __m512i corr = _mm512_setzero_si512();
+          for (int j = 0; j < 4; ++j) corr = _mm512_dpwssd_epi32(corr, mins[j], _mm512_set1_epi32(pairs[j]));
+          am[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(-ab.d)), _mm512_cvtepi32_ps(corr), am[t]);
+          ac[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab.d)), _mm512_cvtepi32_ps(tot[t]), ac[t]);
         }
-        const __m512i qh0 = _mm512_load_si512(pb.unit[u].qh[0]), qh1 = _mm512_load_si512(pb.unit[u].qh[1]);
-        for (int g = 0; g < 4; ++g) {
-          __m512i lo, hi;
-          q6_codes(_mm512_load_si512(pb.unit[u].ql[g]), qh0, qh1, g, lo, hi);
-          for (std::size_t t = 0; t < NT; ++t) {
-            const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
-            s0[t] = dpbusd_bcast(s0[t], lo, q);
-            s1[t] = dpbusd_bcast(s1[t], hi, q + 16);
-          }
-        }
-        const __m512i sc0 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u][0])));
-        const __m512i sc1 = _mm512_cvtepi8_epi32(_mm_load_si128(reinterpret_cast<const __m128i*>(pb.scales[u][1])));
-        for (std::size_t t = 0; t < NT; ++t)
-          tot[t] = _mm512_add_epi32(tot[t], _mm512_add_epi32(_mm512_mullo_epi32(s0[t], sc0), _mm512_mullo_epi32(s1[t], sc1)));
-      } else {
-        for (std::size_t t = 0; t < NT; ++t) s0[t] = s1[t] = _mm512_setzero_si512();
-        for (int g = 0; g < 4; ++g) {
-          const __m512i codes = _mm512_load_si512(pb.qs[u][g]);
-          const __m512i lo = _mm512_and_si512(codes, lo_mask), hi = _mm512_and_si512(codes, hi_mask);
-          for (std::size_t t = 0; t < NT; ++t) {
-            const std::int8_t* q = a[t * stride + b].qs + 32 * u + 4 * g;
-            s0[t] = dpbusd_bcast(s0[t], lo, q);
-            s1[t] = dpbusd_bcast(s1[t], hi, q + 16);  // 16 x the high codes' sum: exact, shifted back below
-          }
-        }
-        const __m512i sc = _mm512_shuffle_epi8(ks.sc[u / 4], byte_ctrl(u % 4));
-        for (std::size_t t = 0; t < NT; ++t)
-          tot[t] = _mm512_add_epi32(tot[t], _mm512_mullo_epi32(_mm512_add_epi32(s0[t], _mm512_srai_epi32(s1[t], 4)), sc));
-      }
-    }
-    const __m512 d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.d)));
-    if constexpr (q6) {
-      for (std::size_t t = 0; t < NT; ++t)
-        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(a[t * stride + b].d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
-    } else {
-      const __m512 dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(pb.dmin)));
-      __m512i mins[4];
-      for (int j = 0; j < 4; ++j) mins[j] = _mm512_shuffle_epi8(ks.mn[j / 2], pair_ctrl(2 * (j % 2)));  // (m_2j, m_2j+1)
-      for (std::size_t t = 0; t < NT; ++t) {
-        const block_q8_K& ab = a[t * stride + b];
-        alignas(16) std::int32_t pairs[4];
-        bsum_pairs(ab, pairs);
-        __m512i corr = _mm512_setzero_si512();
-        for (int j = 0; j < 4; ++j) corr = _mm512_dpwssd_epi32(corr, mins[j], _mm512_set1_epi32(pairs[j]));
-        accm[t] = _mm512_fmadd_ps(_mm512_mul_ps(dmin, _mm512_set1_ps(-ab.d)), _mm512_cvtepi32_ps(corr), accm[t]);
-        acc[t] = _mm512_fmadd_ps(_mm512_mul_ps(d, _mm512_set1_ps(ab.d)), _mm512_cvtepi32_ps(tot[t]), acc[t]);
       }
     }
   }
   if constexpr (!q6)
-    for (std::size_t t = 0; t < NT; ++t) acc[t] = _mm512_add_ps(acc[t], accm[t]);
+    for (std::size_t k = 0; k < NP * NT; ++k) acc[k] = _mm512_add_ps(acc[k], accm[k]);
 }
 
 /// A panel (nb x16 blocks, n_rows valid rows) against tokens [0, n_tokens)
@@ -706,13 +723,30 @@ inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std:
                        std::size_t n_tokens, float* out, std::size_t out_stride,
                        cpu::row_streams plan = cpu::host_row_streams()) noexcept {
   const bool next = x16_ahead_for(plan) == x16_ahead::next_l1;
+  const X* const ps[1] = {p};
   panel_token_groups<token_group>(n_tokens, panel_row_mask(n_rows), out, out_stride,
                                   [&]<std::size_t NT>(std::size_t t, __m512* acc) {
                                     if (next)
-                                      x16_group<X, NT, x16_ahead::next_l1>(p, a + t * nb, nb, nb, acc);
+                                      x16_group<X, NT, x16_ahead::next_l1>(ps, a + t * nb, nb, nb, acc);
                                     else
-                                      x16_group<X, NT>(p, a + t * nb, nb, nb, acc);
+                                      x16_group<X, NT>(ps, a + t * nb, nb, nb, acc);
                                   });
+}
+
+/// Decode's walk on Intel (cpu::row_streams::wide, x16_walk_pairs): 2 half
+/// whole panels from p (nb blocks each) against one token, panels j and
+/// half + j side by side block by block (two streams through memory), each
+/// block's successor asked into L1 (x16_ahead::next_l1): out[16 j + r] and
+/// out[16 (half + j) + r]. The same bits as x16_tokens per panel.
+template <class X>
+inline void x16_pairs(const X* p, std::size_t half, const block_q8_K* a, std::size_t nb, float* out) noexcept {
+  for (std::size_t j = 0; j < half; ++j) {
+    const X* const ps[2] = {p + j * nb, p + (half + j) * nb};
+    __m512 acc[2];
+    x16_group<X, 1, x16_ahead::next_l1, 2>(ps, a, nb, nb, acc);
+    _mm512_storeu_ps(out + 16 * j, acc[0]);
+    _mm512_storeu_ps(out + 16 * (half + j), acc[1]);
+  }
 }
 
 #if defined(KESTREL_KQUANT_PANEL)
