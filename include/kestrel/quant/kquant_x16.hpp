@@ -518,6 +518,13 @@ inline void bsum_pairs(const block_q8_K& a, std::int32_t* out) noexcept {
   }
 }
 
+/// Header bytes (scales, d, dmin) and one unit's code bytes of an x16
+/// block, as the decode kernels' unit-by-unit prefetches walk them.
+template <class X>
+inline constexpr std::size_t head_bytes =
+    std::is_same_v<X, block_q6_K_x16> || std::is_same_v<X, block_q2_K_x16> ? 320 : 256;  // q3_K: with its padding
+template <class X> inline constexpr std::size_t unit_bytes = (sizeof(X) - head_bytes<X>) / 8;
+
 }  // namespace detail::x16
 
 #if defined(KESTREL_KQUANT_X16)
@@ -543,17 +550,20 @@ inline constexpr std::size_t prefetch_blocks = 8;
 /// against far_l2): next_l1 0.86-0.89; both prefetches at once 1.21; 16
 /// blocks into L2 1.02; into L1 two blocks or 2 KiB ahead, level with one
 /// block. Either way the same bits: only the lines asked for differ.
-/// On Intel (row_streams::wide) decode walks two panels side by side with
-/// next_l1 (x16_pairs): measured on an AMX Xeon (family 6 model 167), a
-/// /tmp harness of 28000 panels x 8 blocks, alternated medians, GB/s over
-/// far_l2 one panel at a time: one thread, 2 panels + next_l1 1.07-1.20, 4
-/// or 8 panels no better, next_l1 alone 1.00-1.08, 2 panels without
-/// prefetch 0.93-1.16; two threads 1.07-1.18. bench/ab_decode.sh, token
-/// time: TinyLlama Q4_K_M 0.87-0.88, 110M Q4_K_M 0.89. (On Emerald Rapids
-/// either change alone had not paid: 0.98 and 1.08.) The kernel still reads
-/// at ~0.6 of a plain 8-stream read there: its arithmetic alone runs at
-/// 16-30 GB/s a core, a plain read at 13-19, and the two barely overlap.
-enum class x16_ahead : unsigned char { far_l2, next_l1 };
+/// unit_l1 asks for the next block's lines into L1 spread through the block:
+/// with unit u, unit u's lines (and with unit 0 the head's), so a few
+/// prefetches go out between each unit's arithmetic instead of a burst of
+/// 36-53 at the block's start. Intel's decode (row_streams::wide) walks two
+/// panels side by side block by block with it (x16_pairs). Measured on an
+/// AMX Xeon (family 6 model 167; /tmp harness, 28000 panels x 8 blocks in
+/// huge pages, alternated medians, GB/s over far_l2 one panel at a time):
+/// two threads, 2 panels + unit_l1 1.27-1.32, 4 panels 1.29-1.31, 2 panels
+/// + next_l1 (the burst) 1.07-1.18; one thread, 2 panels + unit_l1 1.29,
+/// next_l1 alone 1.00-1.08. (On Emerald Rapids two panels alone had not
+/// paid, 0.98, nor next_l1 alone, 1.08 the time.) The kernel still reads at
+/// ~0.7 of a plain 8-stream read there: its arithmetic alone runs at 16-30
+/// GB/s a core, a plain read at 13-19, and the two only partly overlap.
+enum class x16_ahead : unsigned char { far_l2, next_l1, unit_l1 };
 
 inline constexpr x16_ahead x16_ahead_for(cpu::row_streams plan) noexcept {
   return plan == cpu::row_streams::pairs_ahead ? x16_ahead::next_l1 : x16_ahead::far_l2;
@@ -562,8 +572,19 @@ inline constexpr x16_ahead x16_ahead_for(cpu::row_streams plan) noexcept {
 /// Asks for block b + prefetch_blocks of p into L2 (far_l2) or block b + 1
 /// into L1 (next_l1), one prefetch per line (a prefetch past the matrix's
 /// end does not fault and is dropped).
+/// unit_l1's prefetch while unit u of block pb is read: the same unit of
+/// the next block (and the head with unit 0).
+template <class X>
+inline void prefetch_unit(const X& pb, int u) noexcept {
+  const char* const next = reinterpret_cast<const char*>(&pb + 1);
+  if (u == 0)
+    for (std::size_t l = 0; l < head_bytes<X>; l += 64) _mm_prefetch(next + l, _MM_HINT_T0);
+  for (std::size_t l = 0; l < unit_bytes<X>; l += 64) _mm_prefetch(next + head_bytes<X> + u * unit_bytes<X> + l, _MM_HINT_T0);
+}
+
 template <x16_ahead A, class X>
 inline void prefetch_ahead(const X* p, std::size_t b) noexcept {
+  if constexpr (A == x16_ahead::unit_l1) return;  // prefetch_unit, through the block
   const std::size_t ahead = A == x16_ahead::next_l1 ? 1 : prefetch_blocks;
   const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + ahead) * sizeof(X);
   for (std::size_t i = 0; i < sizeof(X) / 64; ++i) {
@@ -651,6 +672,7 @@ inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, st
       [[maybe_unused]] k4_scales ks;
       if constexpr (!q6) ks = unpack_scales(pb);
       for (int u = 0; u < 8; ++u) {
+        if constexpr (A == x16_ahead::unit_l1) prefetch_unit(pb, u);
         __m512i s0[NT], s1[NT];
         if constexpr (q6) {
           for (std::size_t t = 0; t < NT; ++t) {
@@ -733,17 +755,18 @@ inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std:
                                   });
 }
 
-/// Decode's walk on Intel (cpu::row_streams::wide, x16_walk_pairs): 2 half
+/// Decode's walk on Intel (cpu::row_streams::wide, x16_walk's pairs): 2 half
 /// whole panels from p (nb blocks each) against one token, panels j and
 /// half + j side by side block by block (two streams through memory), each
-/// block's successor asked into L1 (x16_ahead::next_l1): out[16 j + r] and
-/// out[16 (half + j) + r]. The same bits as x16_tokens per panel.
+/// block's successor asked into L1 unit by unit (x16_ahead::unit_l1):
+/// out[16 j + r] and out[16 (half + j) + r]. The same bits as x16_tokens
+/// per panel.
 template <class X>
 inline void x16_pairs(const X* p, std::size_t half, const block_q8_K* a, std::size_t nb, float* out) noexcept {
   for (std::size_t j = 0; j < half; ++j) {
     const X* const ps[2] = {p + j * nb, p + (half + j) * nb};
     __m512 acc[2];
-    x16_group<X, 1, x16_ahead::next_l1, 2>(ps, a, nb, nb, acc);
+    x16_group<X, 1, x16_ahead::unit_l1, 2>(ps, a, nb, nb, acc);
     _mm512_storeu_ps(out + 16 * j, acc[0]);
     _mm512_storeu_ps(out + 16 * (half + j), acc[1]);
   }

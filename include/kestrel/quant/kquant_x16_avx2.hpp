@@ -363,11 +363,6 @@ inline void q5_sums(Codes&& codes, High&& high, Acts&& acts, __m256i (*s)[NP][2]
 /// ahead of each stream are asked for evenly through the block (the
 /// distance measured in the header).
 inline constexpr std::size_t prefetch_bytes = 576;
-/// Header bytes (scales, d, dmin) and one unit's code bytes of a block.
-template <class X>
-inline constexpr std::size_t head_bytes =
-    std::is_same_v<X, block_q6_K_x16> || std::is_same_v<X, block_q2_K_x16> ? 320 : 256;  // q3_K: with its padding
-template <class X> inline constexpr std::size_t unit_bytes = (sizeof(X) - head_bytes<X>) / 8;
 
 template <class X, std::size_t NT, std::size_t NP = 1, bool Prefetch = false>
 inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m256* acc) noexcept {
