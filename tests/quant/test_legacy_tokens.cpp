@@ -233,7 +233,7 @@ void check_decode(const std::vector<W>& w, const std::vector<q::activation_of_t<
   for (std::size_t i = 0; i < n_tokens * rows; ++i)
     split_bad += !same_bits(row_alone[i], out[i]) + !same_bits(split[i], out[i]);
   // Every row plan (cpu/streaming.hpp: rows in pairs 256 bytes or 2 KiB
-  // ahead, or in fours for one token on Intel), whichever the host takes:
+  // ahead, or in eights for one token on Intel), whichever the host takes:
   // the same bits.
   std::size_t plan_bad = 0;
   for (auto plan : {kestrel::cpu::row_streams::pairs, kestrel::cpu::row_streams::pairs_ahead,
@@ -276,8 +276,9 @@ TEST_CASE_TEMPLATE("quant: dot_rows_decode within gamma_(nb+6) T of exact; a tok
                    TILE_TYPES) {
   using A = q::activation_of_t<W>;
   // Block counts 1, 2, 3 (a partial unit of 4 blocks), 4, 16, 17, 24 (n_embd
-  // 768), 65 (partial last unit); rows odd and even (paired as two streams).
-  for (std::size_t rows : {1, 3, 8, 11})
+  // 768), 65 (partial last unit); rows odd and even (paired as two streams;
+  // 8, 11 and 19 as eight, with 0-3 left over).
+  for (std::size_t rows : {1, 3, 8, 11, 19})
     for (std::size_t n_tokens = 1; n_tokens <= q::decode_kernel_tokens; ++n_tokens)
       for (std::size_t nb : {1, 2, 3, 4, 16, 17, 24, 65}) {
         const std::size_t n = nb * 32;

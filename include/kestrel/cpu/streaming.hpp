@@ -23,8 +23,10 @@
 // - Intel Xeon (an Emerald Rapids host with AVX-512 and a 300 MiB L3): one
 //   core's read rate grows with the streams it walks at once (its hardware
 //   prefetcher follows each stream only within a 4 KiB page): eight streams
-//   per thread for float rows and four for the legacy blocks (q4_0 .. q8_0;
-//   as many as the registers take), each asked for 1 KiB ahead into L1.
+//   per thread for float rows and for the legacy blocks (q4_0 .. q8_0;
+//   four until the AMX Xeon host measured eight 0.94-0.98x the time), each
+//   asked for 1 KiB ahead into L1; the k-quant x16 blocks two panels side
+//   by side, the next block asked into L1 unit by unit (quant/kquant_x16.hpp).
 //   TinyLlama-shape decode, bench/ab_decode.sh against two streams: f16
 //   0.70x the token time, q8_0 0.76-0.80x (bench/README.md).
 //   (Prefill's float GEMM takes one pass over the columns on every
@@ -53,7 +55,7 @@ namespace kestrel::cpu {
 enum class row_streams : unsigned char {
   pairs,        ///< two streams per thread, short prefetch: AMD to Zen 4, and every host not known to want more
   pairs_ahead,  ///< pairs, 16-bit float rows and legacy blocks prefetched 2 KiB ahead, k-quant x16 blocks one block ahead: AMD Zen 5
-  wide,         ///< eight streams of float rows, four of legacy blocks, 1 KiB prefetch: Intel
+  wide,         ///< eight streams of float rows and of legacy blocks, 1 KiB prefetch; x16 panels in pairs: Intel
 };
 
 /// The plan for the CPU this runs on: wide for Intel ("GenuineIntel"),

@@ -39,7 +39,7 @@
 // side read half as fast from DRAM), sharing the activation loads and the
 // final sums; up to 2 tokens (registers), an odd last row and 3-4 tokens one
 // row at a time. On Intel (row_streams::wide, cpu/streaming.hpp) one token
-// takes rows in fours instead, j, q + j, 2q + j, 3q + j, each stream
+// takes rows in eights instead, j, q + j, .., 7q + j, each stream
 // prefetched 1 KiB ahead. Every row runs the same operations, alone or paired, so its
 // result does not depend on how the rows are split among threads.
 //
@@ -436,7 +436,7 @@ inline void sum2(__m512 u, __m512 v, float* su, float* sv) noexcept {
 /// thread, 2048 x 768 matrices, 56 MB of them cycled, medians of 12 runs):
 /// 256 bytes +9-19% over the hardware prefetchers alone, 1024 less; 110M
 /// q4_0 decode on 2 threads: +3-24% (3 runs). That is row_streams::pairs';
-/// row_streams::wide (Intel, four streams for one token) takes 1024: on the
+/// row_streams::wide (Intel, eight streams for one token) takes 1024: on the
 /// Emerald Rapids host (bench/ab_decode.sh, TinyLlama q8_0, token time)
 /// four streams 256 bytes ahead took 0.82x the time of two, and against
 /// 1024 bytes ahead 512 took 1.08x, 768 1.02x, 512 plus a second prefetch
@@ -715,17 +715,19 @@ inline void rows_decode(const std::byte* const* rp, std::size_t nb, const act_bl
 namespace detail {
 
 /// The decode kernels' walk over rows: kern.template operator()<NT, R>(rp,
-/// op) for R = 1, 2 or 4 rows at rp[0..R) writing op[0..R), NT = n_tokens
-/// (1..4). Up to 2 tokens (registers allow it), rows j and half + j side by
-/// side: two long sequential streams, which the hardware prefetchers follow
-/// (adjacent rows side by side make streams one row long: half the speed
-/// from DRAM, measured); with `quarters` and one token, rows j, q + j, 2q +
-/// j and 3q + j instead (four streams: row_streams::wide, Intel,
-/// cpu/streaming.hpp); the rows left over, and 3-4 tokens, one row at a time.
-/// Kernels that take no 4 rows (the AVX2 one) pass MaxR = 2.
+/// op) for R = 1, 2, 4 or 8 rows at rp[0..R) writing op[0..R), NT =
+/// n_tokens (1..4). Up to 2 tokens (registers allow it), rows j and half + j
+/// side by side: two long sequential streams, which the hardware prefetchers
+/// follow (adjacent rows side by side make streams one row long: half the
+/// speed from DRAM, measured); with `wide` and one token, rows j, q + j, ..,
+/// (MaxR - 1) q + j instead (row_streams::wide, Intel, cpu/streaming.hpp:
+/// eight streams with MaxR = 8; on the AMX Xeon, family 6 model 167,
+/// bench/ab_decode.sh token time against four: TinyLlama q8_0 0.94 / 0.94,
+/// q4_0 0.96, 110M q4_0 0.98, q8_0 0.97); the rows left over, and 3-4 tokens,
+/// one row at a time. Kernels that take fewer rows (the AVX2 one) pass MaxR = 2.
 template <std::size_t MaxR, class K>
 inline void decode_row_pairs(const std::byte* rows, std::size_t row_bytes, std::size_t n_rows, std::size_t n_tokens,
-                             float* out, bool quarters, K&& kern) {
+                             float* out, bool wide, K&& kern) {
   // Rows j, q + j, .., (R - 1) q + j side by side for j < q = n_rows / R;
   // returns the rows done (R q).
   auto streams = [&]<std::size_t NT, std::size_t R>() {
@@ -744,7 +746,7 @@ inline void decode_row_pairs(const std::byte* rows, std::size_t row_bytes, std::
   auto run = [&]<std::size_t NT>() {
     std::size_t r = 0;
     if constexpr (NT == 1 && MaxR >= 4) {
-      if (quarters) r = streams.template operator()<NT, 4>();
+      if (wide) r = streams.template operator()<NT, MaxR>();
     }
     if constexpr (NT <= 2) {
       if (r == 0) r = streams.template operator()<NT, 2>();
@@ -784,7 +786,7 @@ inline void dot_rows_decode(const std::byte* rows, std::size_t row_bytes, std::s
   for (std::size_t t = 0; t < n_tokens; ++t) tok[t] = acts[t]->units.data();
   const ld::consts<W> c = ld::consts<W>::make();
   const std::size_t ahead = ld::prefetch_ahead(plan);
-  detail::decode_row_pairs<4>(rows, row_bytes, n_rows, n_tokens, out, plan == cpu::row_streams::wide,
+  detail::decode_row_pairs<8>(rows, row_bytes, n_rows, n_tokens, out, plan == cpu::row_streams::wide,
                               [&]<std::size_t NT, std::size_t R>(const std::byte* const* rp, float* const* op) {
                                 ld::rows_decode<W, NT, R>(rp, nb, tok, c, op, out_stride, ahead);
                               });
