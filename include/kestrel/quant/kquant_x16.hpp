@@ -557,7 +557,7 @@ inline constexpr std::size_t prefetch_blocks = 8;
 /// panels side by side block by block with it (x16_pairs). Measured on an
 /// AMX Xeon (family 6 model 167; /tmp harness, 28000 panels x 8 blocks in
 /// huge pages, alternated medians, GB/s over far_l2 one panel at a time):
-/// two threads, 2 panels + unit_l1 1.27-1.32, 4 panels 1.29-1.31, 2 panels
+/// two threads, 2 panels + unit_l1 1.16-1.32, 4 panels 1.29-1.31, 2 panels
 /// + next_l1 (the burst) 1.07-1.18; one thread, 2 panels + unit_l1 1.29,
 /// next_l1 alone 1.00-1.08. (On Emerald Rapids two panels alone had not
 /// paid, 0.98, nor next_l1 alone, 1.08 the time.) The kernel still reads at
