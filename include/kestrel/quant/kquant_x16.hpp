@@ -569,9 +569,6 @@ inline constexpr x16_ahead x16_ahead_for(cpu::row_streams plan) noexcept {
   return plan == cpu::row_streams::pairs_ahead ? x16_ahead::next_l1 : x16_ahead::far_l2;
 }
 
-/// Asks for block b + prefetch_blocks of p into L2 (far_l2) or block b + 1
-/// into L1 (next_l1), one prefetch per line (a prefetch past the matrix's
-/// end does not fault and is dropped).
 /// unit_l1's prefetch while unit u of block pb is read: the same unit of
 /// the next block (and the head with unit 0).
 template <class X>
@@ -582,9 +579,12 @@ inline void prefetch_unit(const X& pb, int u) noexcept {
   for (std::size_t l = 0; l < unit_bytes<X>; l += 64) _mm_prefetch(next + head_bytes<X> + u * unit_bytes<X> + l, _MM_HINT_T0);
 }
 
+/// Asks for block b + prefetch_blocks of p into L2 (far_l2) or block b + 1
+/// into L1 (next_l1), one prefetch per line (a prefetch past the matrix's
+/// end does not fault and is dropped).
 template <x16_ahead A, class X>
 inline void prefetch_ahead(const X* p, std::size_t b) noexcept {
-  if constexpr (A == x16_ahead::unit_l1) return;  // prefetch_unit, through the block
+  if constexpr (A == x16_ahead::unit_l1) return;  // x16_group calls prefetch_unit, unit by unit
   const std::size_t ahead = A == x16_ahead::next_l1 ? 1 : prefetch_blocks;
   const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(p) + (b + ahead) * sizeof(X);
   for (std::size_t i = 0; i < sizeof(X) / 64; ++i) {
