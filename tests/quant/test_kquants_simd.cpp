@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "cpu/helpers.hpp"
+#include "kestrel/quant/kquant_amx.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/kquants.hpp"
@@ -362,6 +363,78 @@ TEST_CASE("kquant panels (prefill): the largest integer sums") {
   });
 }
 #endif
+
+// ---- q2_K, q4_K and q5_K prefill on AMX tiles (quant/kquant_amx.hpp) ----
+//
+// The tiles give the exact integers S_l + 8 S_h and M of each super-block,
+// and the float step is the VNNI panels' (same instructions, same block
+// order), so every output equals kpanel_tokens' bit for bit: any difference
+// is a bug.
+
+#if defined(KESTREL_KQUANT_AMX)
+namespace {
+
+template <class B>
+bool tiles_match_panels(const std::vector<B>& w, std::size_t rows, const std::vector<q::block_q8_K>& a,
+                        std::size_t n_tokens, std::size_t nb) {
+  namespace kp = q::detail::kp;
+  namespace am = q::detail::amx;
+  const std::size_t n_panels = (rows + 15) / 16, n_tiles = (n_tokens + 15) / 16;
+  std::vector<kp::kpanel_block> packed(nb);
+  std::vector<am::kamx_block> tiles(n_panels * nb);
+  std::vector<am::kact_block> acts(n_tiles * nb);
+  std::vector<float> vnni(n_tokens * rows + 16, -7.0f), amx(n_tokens * rows + 16, -7.0f);
+  const auto* base = reinterpret_cast<const std::byte*>(w.data());
+  for (std::size_t p = 0; p < n_panels; ++p) {
+    const std::size_t nr = std::min<std::size_t>(16, rows - 16 * p);
+    kp::pack_kpanel<B>(base + 16 * p * nb * sizeof(B), nb * sizeof(B), nr, nb, packed.data());
+    kp::kpanel_tokens<B>(packed.data(), nr, a.data(), nb, n_tokens, vnni.data() + 16 * p, rows);
+    for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(packed[b], tiles[p * nb + b]);
+  }
+  for (std::size_t k = 0; k < n_tiles; ++k) am::pack_kacts(a.data(), n_tokens, nb, k, acts.data() + k * nb);
+  am::configure_k();
+  for (std::size_t p = 0; p < n_panels; ++p)
+    am::kpanel_tiles(tiles.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), acts.data(), nb, 0, n_tiles,
+                     n_tokens, amx.data() + 16 * p, rows);
+  am::release();
+  return std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)) == 0;
+}
+
+template <class B>
+void check_tiles(const char* name, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  for (std::size_t nb : {1, 2, 3, 8})
+    for (std::size_t rows : {1, 7, 16, 19, 40})
+      for (std::size_t n_tokens : {1, 5, 16, 17, 40}) {
+        const auto w = random_blocks<B>(rows * nb, rng);
+        const auto a = random_activations(n_tokens * nb, rng);
+        INFO(name << " nb " << nb << " rows " << rows << " tokens " << n_tokens);
+        CHECK(tiles_match_panels(w, rows, a, n_tokens, nb));
+      }
+}
+
+}  // namespace
+#endif
+
+TEST_CASE("kquant panels on AMX tiles (prefill): the VNNI panels' bits, random and extreme blocks") {
+#if defined(KESTREL_KQUANT_AMX)
+  if (!q::amx_enabled()) {
+    MESSAGE("AMX built but not usable here (CPU, kernel or KESTREL_AMX=0): nothing checked");
+    return;
+  }
+  check_tiles<q::block_q2_K>("q2_K", 301);
+  check_tiles<q::block_q4_K>("q4_K", 302);
+  check_tiles<q::block_q5_K>("q5_K", 303);
+  for_each_extreme([&]<class B>(const char* name, const extreme_case& e) {
+    if constexpr (q::kquant_on_tiles<B>) {
+      INFO(name);
+      CHECK(tiles_match_panels(extreme_blocks<B>(2 * 3, e), 2, extreme_acts(17 * 3, e.act), 17, 3));
+    }
+  });
+#else
+  MESSAGE("no AMX build (needs AMX-TILE, AMX-INT8 and AVX-512 VNNI): nothing checked");
+#endif
+}
 
 // ---- q4_K and q6_K interleaved by 16 rows (quant/kquant_x16.hpp) ----
 //

@@ -51,6 +51,7 @@
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/prefetch.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
+#include "kestrel/quant/kquant_amx.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquant_x16.hpp"
 #include "kestrel/quant/legacy_x16.hpp"
@@ -309,19 +310,58 @@ inline void kquant_decode_rows(const std::byte* base, std::size_t row_bytes, std
   }, rows * cols);
 }
 
+#if defined(KESTREL_KQUANT_AMX)
+/// kpanel_prefill on AMX tiles (quant/kquant_amx.hpp) for q2_K, q4_K and
+/// q5_K: the tokens packed once per call into tiles of 16 (the threads
+/// split them), then packed_panel_tiles over panels packed as the VNNI
+/// blocks (pack) and turned into B tiles, each thread with the tiles
+/// configured for its share. Every output equals the VNNI panels' bit for bit.
+template <class B, class Pack>
+inline void kquant_tiles(std::size_t rows, const quant::block_q8_K* a, std::size_t nb, std::size_t n_tokens, float* y,
+                         thread_pool* pool, Pack&& pack) {
+  namespace am = quant::detail::amx;
+  namespace kp = quant::detail::kp;
+  const std::size_t n_tiles = (n_tokens + am::token_tile - 1) / am::token_tile;
+  thread_local std::vector<am::kact_block> acts;  // (n_tiles, nb); grown, never shrunk
+  if (acts.size() < n_tiles * nb) acts.resize(n_tiles * nb);
+  am::kact_block* const x = acts.data();
+  parallel_for(pool, n_tiles, [&](std::size_t k0, std::size_t k1) {
+    for (std::size_t k = k0; k < k1; ++k) am::pack_kacts(a, n_tokens, nb, k, x + k * nb);
+  }, n_tokens * nb * quant::qk_k);
+  const std::size_t n_panels = (rows + kp::panel_rows - 1) / kp::panel_rows;
+  auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
+  packed_panel_tiles<am::kamx_block>(
+      n_panels, nb, sizeof(am::kact_block) / am::token_tile, am::token_tile, n_tokens,
+      n_tokens * rows * nb * quant::qk_k, pool,
+      [&](std::size_t p, am::kamx_block* dst) {
+        thread_local std::vector<kp::kpanel_block> blocks;  // (nb); grown, never shrunk
+        if (blocks.size() < nb) blocks.resize(nb);
+        pack(p, blocks.data());
+        for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(blocks[b], dst[b]);
+      },
+      [&](const am::kamx_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
+        am::kpanel_tiles(src, panel_rows(p), x, nb, t0 / am::token_tile, (t0 + nt + am::token_tile - 1) / am::token_tile,
+                         n_tokens, y + p * kp::panel_rows, rows);
+      },
+      [] { return am::ktiles_on(); });
+}
+#endif
+
 #if defined(KESTREL_KQUANT_PANEL)
 /// The k-quants' prefill (AVX-512 VNNI, at least quant::kpanel_min_tokens<B>
 /// tokens): 16-row panels packed once per call (quant/kquant_panels.hpp;
 /// pack(p, dst) packs panel p, from a row-major or an x16 matrix) blocked
 /// by packed_panel_tiles, against groups of 4 tokens. A token's outputs do
-/// not depend on the other tokens of the call. (AMX tiles for q4_K and
-/// q5_K, the VNNI panels' bits, measured 0.955 of this time on TinyLlama
-/// Q4_K_M and 1.06 on the 110M shape, and were dropped: bench/README.md,
-/// "Intel with AMX".)
+/// not depend on the other tokens of the call. Where AMX is usable, q2_K,
+/// q4_K and q5_K go to kquant_tiles instead (the same bits).
 template <class B, class Pack>
 inline void kpanel_prefill(std::size_t rows, const quant::block_q8_K* a, std::size_t nb, std::size_t n_tokens,
                            float* y, thread_pool* pool, Pack&& pack) {
   namespace kp = quant::detail::kp;
+#if defined(KESTREL_KQUANT_AMX)
+  if constexpr (quant::kquant_on_tiles<B>)
+    if (quant::amx_enabled()) return kquant_tiles<B>(rows, a, nb, n_tokens, y, pool, pack);
+#endif
   const std::size_t n_panels = (rows + kp::panel_rows - 1) / kp::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
   const std::size_t work = n_tokens * rows * nb * quant::qk_k;

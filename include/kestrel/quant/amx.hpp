@@ -8,6 +8,7 @@
 // elsewhere KESTREL_AMX is not defined and nothing here exists.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 
@@ -42,6 +43,8 @@ inline bool amx_enabled() noexcept {
 }
 
 namespace detail::amx {
+
+inline constexpr std::size_t token_tile = 16;  // tokens per A tile (int32 rows of a C tile)
 
 /// ldtilecfg's 64-byte operand (palette 1).
 struct alignas(64) tile_config {

@@ -55,7 +55,6 @@ namespace kestrel::quant {
 namespace detail::amx {
 
 inline constexpr std::size_t panel_rows = 16;
-inline constexpr std::size_t token_tile = 16;  // tokens per A tile
 
 /// One weight block of a 16-row panel as a B tile: b[k / 4][4 r + k % 4] =
 /// value k of row r (signed, offset removed); d, m the rows' scales and

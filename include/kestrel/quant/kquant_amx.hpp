@@ -1,0 +1,208 @@
+// kestrel/quant/kquant_amx.hpp: the prefill of the k-quants with mins
+// (q2_K, q4_K, q5_K weights against q8_K activations) on Intel AMX tiles,
+// where the CPU has AMX-INT8 and Linux lets the process use it
+// (amx_enabled, quant/amx.hpp):
+//
+//   kp::pack_kpanel<B>(...) -> amx::pack_kamx<B>(kpanel_block, kamx_block)  // per block of a 16-row panel
+//   amx::pack_kacts(a, n_tokens, nb, k, acts + k * nb);                     // tokens 16k .. 16k + 15
+//   amx::configure_k(); amx::kpanel_tiles<B>(...); amx::release();
+//   // out[t * out_stride + r] == the VNNI panels' (kquant_panels.hpp) bit for bit
+//
+// ---- the arithmetic ----
+//
+// A super-block of 256 values of row r against token t, as the VNNI panels
+// compute it: the exact integers
+//   S = sum_j sc_j sum_{i in j} q_i a_i      (sc_j: sub-block j's scale, <= 63)
+//   M = sum_j m_j sum_{i in j} a_i           (m_j: its min, <= 63)
+// then acc = fma(d d_a, float(S), acc), accm = fma(dmin (-d_a), float(M),
+// accm), and acc + accm after the last block. The VNNI panels get S from
+// 64 vpdpbusd per token plus a vpmulld by sc_j per sub-block, and M from 8
+// vpdpwssd over the activations' bsums: about 118 instructions per (token,
+// 16 rows, 256 values), which bound them (bench/README.md).
+//
+// Here the scale goes into the weight bytes instead: split sc_j = 8 h_j +
+// l_j (h, l in 0..7), so q_i l_j and q_i h_j fit an unsigned byte (q <= 31:
+// at most 217), and S = S_l + 8 S_h with
+//   S_l = sum_i (q_i l_j(i)) a_i,  S_h = sum_i (q_i h_j(i)) a_i,  M = sum_i m_j(i) a_i
+// three sums of byte products over the whole super-block, each a TDPBSUD
+// (signed activation bytes x unsigned weight bytes) per 64 values: 12 tile
+// products give a 16-token x 16-row tile of S_l, S_h and M, exact in int32
+// (|S| <= 256 * 63 * 31 * 128 < 2^26). What is left per token is the float
+// step once per super-block, the VNNI panels' own (the same instructions in
+// the same block order), so every output equals theirs bit for bit.
+// (An earlier try put only the products of each sub-block on tiles and left
+// the scale multiplies and the bsum term to AVX-512, whose per-token work
+// then bound it: 0.955-1.06 of the VNNI time, dropped; bench/README.md.)
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "kestrel/quant/amx.hpp"
+#include "kestrel/quant/kquant_panels.hpp"
+
+#if defined(KESTREL_AMX) && defined(KESTREL_KQUANT_PANEL)
+#define KESTREL_KQUANT_AMX 1
+#endif
+
+namespace kestrel::quant {
+
+/// The k-quant types whose prefill runs on tiles: a min per sub-block and
+/// codes times a 3-bit scale part within a byte (q2_K's codes <= 3, q4_K's
+/// <= 15, q5_K's <= 31; the scales and mins <= 63).
+template <class B>
+inline constexpr bool kquant_on_tiles =
+    std::is_same_v<B, block_q2_K> || std::is_same_v<B, block_q4_K> || std::is_same_v<B, block_q5_K>;
+
+#if defined(KESTREL_KQUANT_AMX)
+
+namespace detail::amx {
+
+/// One super-block of a 16-row panel as B tiles, one per 64 values (step
+/// s) and term: lo[s][k / 4][4 r + k % 4] = q l of value 64 s + k of row r,
+/// hi the same with h, mn its sub-block's min; d and dmin the rows' scales
+/// as floats (as the VNNI panels' kpanel_block has them).
+struct alignas(64) kamx_block {
+  std::uint8_t lo[4][16][64], hi[4][16][64], mn[4][16][64];
+  float d[16], dmin[16];
+};
+static_assert(sizeof(kamx_block) == 12 * 1024 + 128);
+
+/// The B tiles of one packed VNNI block (kp::kpanel_block, from a
+/// row-major or an x16 matrix): kpanel_block::codes[16 s + i] already lies
+/// as row i of step s's tile (four values of each row per 32-bit lane), and
+/// lane r of scale[2 u + h] and word h of coef[u] are row r's scale and min
+/// of unit u's half h (values 32 u + 16 h ..). The byte products by the
+/// scale parts come from vpmullw: both words of a lane times the part, each
+/// byte's product below 256, so nothing carries into the byte above.
+template <class B>
+inline void pack_kamx(const kp::kpanel_block& k, kamx_block& o) noexcept {
+  static_assert(kquant_on_tiles<B>);
+  const __m512i seven = _mm512_set1_epi32(7), low16 = _mm512_set1_epi32(0xffff);
+  for (int s = 0; s < 4; ++s) {
+    for (int i = 0; i < 16; ++i) {
+      const int u = 2 * s + i / 8, h = (i % 8) / 4;
+      const __m512i codes = k.codes[16 * s + i];
+      const __m512i sc = k.scale[2 * u + h];
+      const __m512i l = _mm512_and_si512(sc, seven), hh = _mm512_srli_epi32(sc, 3);
+      const __m512i lw = _mm512_or_si512(l, _mm512_slli_epi32(l, 16)), hw = _mm512_or_si512(hh, _mm512_slli_epi32(hh, 16));
+      _mm512_store_si512(o.lo[s][i], _mm512_mullo_epi16(codes, lw));
+      _mm512_store_si512(o.hi[s][i], _mm512_mullo_epi16(codes, hw));
+      const __m512i m = _mm512_and_si512(h ? _mm512_srli_epi32(k.coef[u], 16) : k.coef[u], low16);
+      _mm512_store_si512(o.mn[s][i], _mm512_mullo_epi32(m, _mm512_set1_epi32(0x01010101)));
+    }
+  }
+  _mm512_store_ps(o.d, k.d);
+  _mm512_store_ps(o.dmin, k.dmin);
+}
+
+/// One super-block of a tile of 16 tokens: q[s][i] token i's values 64 s
+/// .. 64 s + 63, d[i] its d_a; tokens past the call's are zero.
+struct alignas(64) kact_block {
+  std::int8_t q[4][16][64];
+  float d[16];
+};
+static_assert(sizeof(kact_block) == 4 * 1024 + 64);
+
+/// Tokens [16 tile, 16 tile + 16) of a call (nb q8_K blocks per token) as
+/// nb kact_blocks at dst.
+inline void pack_kacts(const block_q8_K* a, std::size_t n_tokens, std::size_t nb, std::size_t tile,
+                       kact_block* dst) noexcept {
+  const std::size_t t0 = tile * token_tile, n = std::min(token_tile, n_tokens - t0);
+  for (std::size_t b = 0; b < nb; ++b) {
+    kact_block& o = dst[b];
+    for (std::size_t i = 0; i < token_tile; ++i) {
+      for (int s = 0; s < 4; ++s)
+        _mm512_store_si512(o.q[s][i], i < n ? _mm512_loadu_si512(a[(t0 + i) * nb + b].qs + 64 * s) : _mm512_setzero_si512());
+      o.d[i] = i < n ? a[(t0 + i) * nb + b].d : 0.0f;
+    }
+  }
+}
+
+/// The tile shapes: every tile 16 rows x 64 bytes. C: S_l, S_h, M in tiles
+/// 0, 1, 2; A in 3; B: lo, hi, mn in 4, 5, 6.
+inline void configure_k() noexcept {
+  tile_config c;
+  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 16;
+  asm volatile("ldtilecfg %0" ::"m"(c));  // the whole struct as the operand: see configure_tiles
+}
+
+/// configure_k for a scope: one thread's share of a call.
+struct ktiles_on {
+  ktiles_on() noexcept { configure_k(); }
+  ~ktiles_on() { release(); }
+  ktiles_on(const ktiles_on&) = delete;
+  ktiles_on& operator=(const ktiles_on&) = delete;
+};
+
+/// A panel's nb packed super-blocks against a tile of 16 tokens (nb
+/// kact_blocks): acc[i] lane r = the VNNI panels' result for row r, token i.
+inline void ktile_16x16(const kamx_block* p, const kact_block* x, std::size_t nb, __m512* acc) noexcept {
+  alignas(64) std::int32_t c[2][3][16][16];  // [buffer][S_l, S_h, M][token][row]
+  asm volatile("" ::: "memory");  // tileloadd names no memory operand (see legacy_amx.hpp)
+  __m512 y[token_tile], ym[token_tile];
+#pragma GCC unroll 16
+  for (std::size_t i = 0; i < token_tile; ++i) y[i] = ym[i] = _mm512_setzero_ps();
+  auto products = [&](std::size_t b, std::int32_t (*ci)[16][16]) {
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    for (int s = 0; s < 4; ++s) {
+      _tile_loadd(3, x[b].q[s], 64);
+      _tile_loadd(4, p[b].lo[s], 64);
+      _tile_loadd(5, p[b].hi[s], 64);
+      _tile_loadd(6, p[b].mn[s], 64);
+      _tile_dpbsud(0, 3, 4);
+      _tile_dpbsud(1, 3, 5);
+      _tile_dpbsud(2, 3, 6);
+    }
+    _tile_stored(0, ci[0], 64);
+    _tile_stored(1, ci[1], 64);
+    _tile_stored(2, ci[2], 64);
+  };
+  // The VNNI panels' float step (kp::panel_group), token by token.
+  auto step = [&](std::size_t b, const std::int32_t (*ci)[16][16]) {
+    const __m512 dw = _mm512_load_ps(p[b].d), dm = _mm512_load_ps(p[b].dmin);
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < token_tile; ++i) {
+      const __m512i s = _mm512_add_epi32(_mm512_load_si512(ci[0][i]), _mm512_slli_epi32(_mm512_load_si512(ci[1][i]), 3));
+      ym[i] = _mm512_fmadd_ps(_mm512_mul_ps(dm, _mm512_set1_ps(-x[b].d[i])), _mm512_cvtepi32_ps(_mm512_load_si512(ci[2][i])),
+                              ym[i]);
+      y[i] = _mm512_fmadd_ps(_mm512_mul_ps(dw, _mm512_set1_ps(x[b].d[i])), _mm512_cvtepi32_ps(s), y[i]);
+    }
+  };
+  // Block b's products go to one buffer while the step reads block b - 1's
+  // from the other (a vector load right after a tile store of its lines
+  // waits for the store).
+  products(0, c[0]);
+  for (std::size_t b = 1; b < nb; ++b) {
+    products(b, c[b % 2]);
+    step(b - 1, c[(b - 1) % 2]);
+  }
+  step(nb - 1, c[(nb - 1) % 2]);
+#pragma GCC unroll 16
+  for (std::size_t i = 0; i < token_tile; ++i) acc[i] = _mm512_add_ps(y[i], ym[i]);
+}
+
+/// A packed panel (n_rows of its 16 real) against the packed tokens' tiles
+/// [k0, k1) of a call of n_tokens: out[t * out_stride + r]. nb >= 1.
+inline void kpanel_tiles(const kamx_block* p, std::size_t n_rows, const kact_block* x, std::size_t nb, std::size_t k0,
+                         std::size_t k1, std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
+  const __mmask16 valid = panel_row_mask(n_rows);
+  __m512 acc[token_tile];
+  for (std::size_t k = k0; k < k1; ++k) {
+    ktile_16x16(p, x + k * nb, nb, acc);
+    const std::size_t t0 = k * token_tile;
+    for (std::size_t i = 0; i < token_tile && t0 + i < n_tokens; ++i)
+      _mm512_mask_storeu_ps(out + (t0 + i) * out_stride, valid, acc[i]);
+  }
+}
+
+}  // namespace detail::amx
+
+#endif
+
+}  // namespace kestrel::quant
