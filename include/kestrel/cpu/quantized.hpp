@@ -29,7 +29,9 @@
 // For the k-quants with AVX-512 VNNI, calls of at least
 // quant::kpanel_min_tokens<B> tokens (prefill) take 16-row panels packed
 // once per call against 8-token groups (kquant_panels below,
-// quant/kquant_panels.hpp); shorter calls, and every call without VNNI,
+// quant/kquant_panels.hpp), and where AMX is usable q2_K, q4_K and q5_K
+// take a tile kernel instead (kquant_tiles, quant/kquant_amx.hpp), with the
+// same bits; shorter calls, and every call without VNNI,
 // block tokens and rows for the caches and take tokens in groups of
 // quant::vec_dot_group that share each weight block's unpacking,
 // bit-identical to quant::vec_dot alone. A token's outputs depend on how
