@@ -158,35 +158,52 @@ inline void packed_panel_tiles(std::size_t n_panels, std::size_t nb, std::size_t
   }, work);
 }
 
+#if defined(KESTREL_AMX)
+/// The walk of both AMX prefill kernels (legacy_panels_amx,
+/// kquant_tiles): the call's tokens packed once into tiles of 16, Act
+/// blocks, nb per tile (pack_tokens(k, dst): tile k; the threads split
+/// them), then packed_panel_tiles over n_panels panels packed as Packed
+/// blocks (pack_panel(p, dst)), each thread with the tiles configured for
+/// its share (tiles_on()), run(src, p, acts, k0, k1) taking panel p against
+/// token tiles [k0, k1). work: multiply-adds of the call.
+template <class Act, class Packed, class PackTokens, class PackPanel, class Run, class TilesOn>
+inline void amx_prefill(std::size_t n_panels, std::size_t nb, std::size_t n_tokens, std::size_t work, thread_pool* pool,
+                        PackTokens&& pack_tokens, PackPanel&& pack_panel, Run&& run, TilesOn&& tiles_on) {
+  namespace am = quant::detail::amx;
+  const std::size_t n_tiles = (n_tokens + am::token_tile - 1) / am::token_tile;
+  thread_local std::vector<Act> acts;  // (n_tiles, nb); grown, never shrunk
+  if (acts.size() < n_tiles * nb) acts.resize(n_tiles * nb);
+  Act* const x = acts.data();
+  parallel_for(pool, n_tiles, [&](std::size_t k0, std::size_t k1) {
+    for (std::size_t k = k0; k < k1; ++k) pack_tokens(k, x + k * nb);
+  }, work / (16 * n_panels));  // about the tokens' values: one operation each
+  packed_panel_tiles<Packed>(
+      n_panels, nb, sizeof(Act) / am::token_tile, am::token_tile, n_tokens, work, pool, pack_panel,
+      [&](const Packed* src, std::size_t p, std::size_t t0, std::size_t nt) {
+        run(src, p, static_cast<const Act*>(x), t0 / am::token_tile, (t0 + nt + am::token_tile - 1) / am::token_tile);
+      },
+      tiles_on);
+}
+#endif
+
 #if defined(KESTREL_LEGACY_AMX)
 /// The legacy types' prefill on AMX tiles (quant/legacy_amx.hpp), more
-/// than lp::token_group tokens where amx_enabled(): the tokens packed once
-/// per call into tiles of 16 (the threads split them), then
-/// packed_panel_tiles over panels packed as B tiles, each thread with the
-/// tiles configured for its share. Every output equals the VNNI panels' and
-/// ref::dot_fused's bit for bit.
+/// than lp::token_group tokens where amx_enabled(), through amx_prefill.
+/// Every output equals the VNNI panels' and ref::dot_fused's bit for bit.
 template <class B, class A>
 inline void legacy_panels_amx(const std::byte* base, std::size_t row_bytes, std::size_t rows, const A* a,
                               std::size_t nb, std::size_t n_tokens, float* y, thread_pool* pool) {
   namespace am = quant::detail::amx;
-  const std::size_t n_tiles = (n_tokens + am::token_tile - 1) / am::token_tile;
-  thread_local std::vector<am::act_block> acts;  // (n_tiles, nb); grown, never shrunk
-  if (acts.size() < n_tiles * nb) acts.resize(n_tiles * nb);
-  am::act_block* const x = acts.data();
-  parallel_for(pool, n_tiles, [&](std::size_t k0, std::size_t k1) {
-    for (std::size_t k = k0; k < k1; ++k) am::pack_acts(a, n_tokens, nb, k, x + k * nb);
-  }, n_tokens * nb * 32);
   const std::size_t n_panels = (rows + am::panel_rows - 1) / am::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(am::panel_rows, rows - p * am::panel_rows); };
-  packed_panel_tiles<am::amx_block>(
-      n_panels, nb, sizeof(am::act_block) / am::token_tile, am::token_tile, n_tokens, n_tokens * rows * nb * 32,
-      pool,
+  amx_prefill<am::act_block, am::amx_block>(
+      n_panels, nb, n_tokens, n_tokens * rows * nb * 32, pool,
+      [&](std::size_t k, am::act_block* dst) { am::pack_acts(a, n_tokens, nb, k, dst); },
       [&](std::size_t p, am::amx_block* dst) {
         am::pack_panel<B>(base + p * am::panel_rows * row_bytes, row_bytes, panel_rows(p), nb, dst);
       },
-      [&](const am::amx_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
-        am::panel_tiles<B>(src, panel_rows(p), x, nb, t0 / am::token_tile,
-                           (t0 + nt + am::token_tile - 1) / am::token_tile, n_tokens, y + p * am::panel_rows, rows);
+      [&](const am::amx_block* src, std::size_t p, const am::act_block* x, std::size_t k0, std::size_t k1) {
+        am::panel_tiles<B>(src, panel_rows(p), x, nb, k0, k1, n_tokens, y + p * am::panel_rows, rows);
       },
       [] { return am::tiles_on(32, 8); });
 }
@@ -323,27 +340,19 @@ inline void kquant_tiles(std::size_t rows, const quant::block_q8_K* a, std::size
                          thread_pool* pool, Pack&& pack) {
   namespace am = quant::detail::amx;
   namespace kp = quant::detail::kp;
-  const std::size_t n_tiles = (n_tokens + am::token_tile - 1) / am::token_tile;
-  thread_local std::vector<am::kact_block> acts;  // (n_tiles, nb); grown, never shrunk
-  if (acts.size() < n_tiles * nb) acts.resize(n_tiles * nb);
-  am::kact_block* const x = acts.data();
-  parallel_for(pool, n_tiles, [&](std::size_t k0, std::size_t k1) {
-    for (std::size_t k = k0; k < k1; ++k) am::pack_kacts(a, n_tokens, nb, k, x + k * nb);
-  }, n_tokens * nb * quant::qk_k);
   const std::size_t n_panels = (rows + kp::panel_rows - 1) / kp::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
-  packed_panel_tiles<am::kamx_block>(
-      n_panels, nb, sizeof(am::kact_block) / am::token_tile, am::token_tile, n_tokens,
-      n_tokens * rows * nb * quant::qk_k, pool,
+  amx_prefill<am::kact_block, am::kamx_block>(
+      n_panels, nb, n_tokens, n_tokens * rows * nb * quant::qk_k, pool,
+      [&](std::size_t k, am::kact_block* dst) { am::pack_kacts(a, n_tokens, nb, k, dst); },
       [&](std::size_t p, am::kamx_block* dst) {
         thread_local std::vector<kp::kpanel_block> blocks;  // (nb); grown, never shrunk
         if (blocks.size() < nb) blocks.resize(nb);
         pack(p, blocks.data());
         for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(blocks[b], dst[b]);
       },
-      [&](const am::kamx_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
-        am::kpanel_tiles(src, panel_rows(p), x, nb, t0 / am::token_tile, (t0 + nt + am::token_tile - 1) / am::token_tile,
-                         n_tokens, y + p * kp::panel_rows, rows);
+      [&](const am::kamx_block* src, std::size_t p, const am::kact_block* x, std::size_t k0, std::size_t k1) {
+        am::kpanel_tiles(src, panel_rows(p), x, nb, k0, k1, n_tokens, y + p * kp::panel_rows, rows);
       },
       [] { return am::ktiles_on(); });
 }

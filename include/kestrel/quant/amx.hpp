@@ -1,11 +1,12 @@
-// kestrel/quant/amx.hpp: what an AMX prefill kernel needs (legacy_amx.hpp):
-// whether this process may run it (amx_enabled), the tile configuration, C
-// tiles of 16 x 16 int32 against A tiles of 16 tokens' activation bytes and
-// B tiles of 16 rows' weight bytes.
+// kestrel/quant/amx.hpp: what the AMX prefill kernels need (legacy_amx.hpp,
+// kquant_amx.hpp): whether this process may run them (amx_enabled), the tile
+// configuration, C tiles of 16 x 16 int32 against A tiles of 16 tokens'
+// activation bytes and B tiles of 16 rows' weight bytes, and the store of a
+// panel's results token tile by token tile.
 //
 // Built where the compiler targets AMX-TILE and AMX-INT8 (-march=native on
-// such a CPU) with AVX-512, on Linux (the kernel must grant the tile state);
-// elsewhere KESTREL_AMX is not defined and nothing here exists.
+// such a CPU) with AVX-512 (BW, VNNI), on Linux (the kernel must grant the
+// tile state); elsewhere KESTREL_AMX is not defined and nothing here exists.
 #pragma once
 
 #include <cstddef>
@@ -13,11 +14,13 @@
 #include <cstdlib>
 
 #if defined(__AMX_TILE__) && defined(__AMX_INT8__) && defined(__AVX512F__) && defined(__AVX512BW__) && \
-    defined(__linux__) && defined(__x86_64__)
+    defined(__AVX512VNNI__) && defined(__linux__) && defined(__x86_64__)
 #include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
+
+#include "kestrel/quant/token_groups.hpp"
 #define KESTREL_AMX 1
 #endif
 
@@ -68,6 +71,23 @@ inline void configure_tiles(std::uint16_t a_bytes, std::uint8_t b_rows) noexcept
 }
 
 inline void release() noexcept { _tile_release(); }
+
+/// A packed panel's outputs for the token tiles [k0, k1) of a call of
+/// n_tokens: tile(k, acc) leaves acc[i] lane r = the result of row r and
+/// token 16 k + i, stored to out[t * out_stride + r] for the panel's n_rows
+/// real rows and the call's tokens.
+template <class Tile>
+inline void store_token_tiles(std::size_t n_rows, std::size_t k0, std::size_t k1, std::size_t n_tokens, float* out,
+                              std::size_t out_stride, Tile&& tile) noexcept {
+  const __mmask16 valid = panel_row_mask(n_rows);
+  __m512 acc[token_tile];
+  for (std::size_t k = k0; k < k1; ++k) {
+    tile(k, acc);
+    const std::size_t t0 = k * token_tile;
+    for (std::size_t i = 0; i < token_tile && t0 + i < n_tokens; ++i)
+      _mm512_mask_storeu_ps(out + (t0 + i) * out_stride, valid, acc[i]);
+  }
+}
 
 /// The tiles configured (configure_tiles) for a scope: one thread's share
 /// of a call.

@@ -191,14 +191,8 @@ inline void ktile_16x16(const kamx_block* p, const kact_block* x, std::size_t nb
 /// [k0, k1) of a call of n_tokens: out[t * out_stride + r]. nb >= 1.
 inline void kpanel_tiles(const kamx_block* p, std::size_t n_rows, const kact_block* x, std::size_t nb, std::size_t k0,
                          std::size_t k1, std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
-  const __mmask16 valid = panel_row_mask(n_rows);
-  __m512 acc[token_tile];
-  for (std::size_t k = k0; k < k1; ++k) {
-    ktile_16x16(p, x + k * nb, nb, acc);
-    const std::size_t t0 = k * token_tile;
-    for (std::size_t i = 0; i < token_tile && t0 + i < n_tokens; ++i)
-      _mm512_mask_storeu_ps(out + (t0 + i) * out_stride, valid, acc[i]);
-  }
+  store_token_tiles(n_rows, k0, k1, n_tokens, out, out_stride,
+                    [&](std::size_t k, __m512* acc) { ktile_16x16(p, x + k * nb, nb, acc); });
 }
 
 }  // namespace detail::amx

@@ -181,14 +181,8 @@ inline void tile_16x16(const amx_block* p, const act_block* x, std::size_t nb, _
 template <class W>
 inline void panel_tiles(const amx_block* p, std::size_t n_rows, const act_block* x, std::size_t nb, std::size_t k0,
                         std::size_t k1, std::size_t n_tokens, float* out, std::size_t out_stride) noexcept {
-  const __mmask16 valid = panel_row_mask(n_rows);
-  __m512 acc[token_tile];
-  for (std::size_t k = k0; k < k1; ++k) {
-    tile_16x16<W>(p, x + k * nb, nb, acc);
-    const std::size_t t0 = k * token_tile;
-    for (std::size_t i = 0; i < token_tile && t0 + i < n_tokens; ++i)
-      _mm512_mask_storeu_ps(out + (t0 + i) * out_stride, valid, acc[i]);
-  }
+  store_token_tiles(n_rows, k0, k1, n_tokens, out, out_stride,
+                    [&](std::size_t k, __m512* acc) { tile_16x16<W>(p, x + k * nb, nb, acc); });
 }
 
 }  // namespace detail::amx
