@@ -5,7 +5,7 @@
 //
 //   kp::pack_kpanel<B>(...) -> amx::pack_kamx<B>(kpanel_block, kamx_block)  // per block of a 16-row panel
 //   amx::pack_kacts(a, n_tokens, nb, k, acts + k * nb);                     // tokens 16k .. 16k + 15
-//   amx::configure_k(); amx::kpanel_tiles<B>(...); amx::release();
+//   amx::configure_k(); amx::kpanel_tiles(panel, n_rows, acts, nb, k0, k1, n_tokens, out, out_stride); amx::release();
 //   // out[t * out_stride + r] == the VNNI panels' (kquant_panels.hpp) bit for bit
 //
 // ---- the arithmetic ----
