@@ -392,7 +392,7 @@ bool tiles_match_panels(const std::vector<B>& w, std::size_t rows, const std::ve
     for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(packed[b], tiles[p * nb + b]);
   }
   for (std::size_t k = 0; k < n_tiles; ++k) am::pack_kacts(a.data(), n_tokens, nb, k, acts.data() + k * nb);
-  am::configure_k();
+  am::configure_tiles(am::k_tile_bytes, am::k_tile_rows);
   for (std::size_t p = 0; p < n_panels; ++p)
     am::kpanel_tiles(tiles.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), acts.data(), nb, 0, n_tiles,
                      n_tokens, amx.data() + 16 * p, rows);

@@ -354,7 +354,7 @@ inline void kquant_tiles(std::size_t rows, const quant::block_q8_K* a, std::size
       [&](const am::kamx_block* src, std::size_t p, const am::kact_block* x, std::size_t k0, std::size_t k1) {
         am::kpanel_tiles(src, panel_rows(p), x, nb, k0, k1, n_tokens, y + p * kp::panel_rows, rows);
       },
-      [] { return am::ktiles_on(); });
+      [] { return am::tiles_on(am::k_tile_bytes, am::k_tile_rows); });
 }
 #endif
 

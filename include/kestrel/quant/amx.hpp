@@ -58,10 +58,12 @@ struct alignas(64) tile_config {
 
 /// Tiles 0 and 1: C, 16 x 16 int32. Tiles 2 and 3: A, 16 tokens x a_bytes
 /// activation bytes. Tiles 4 and 5: B, b_rows x 64 bytes (b_rows = a_bytes
-/// / 4: 16 rows' values in 4-byte groups). Per thread; release() after.
+/// / 4: 16 rows' values in 4-byte groups). Tiles 6 and 7: 16 x 64 bytes,
+/// so that (64, 16) makes every tile 16 rows x 64 bytes (kquant_amx.hpp
+/// takes them in other roles). Per thread; release() after.
 inline void configure_tiles(std::uint16_t a_bytes, std::uint8_t b_rows) noexcept {
   tile_config c;
-  for (int t : {0, 1}) c.colsb[t] = 64, c.rows[t] = 16;
+  for (int t : {0, 1, 6, 7}) c.colsb[t] = 64, c.rows[t] = 16;
   for (int t : {2, 3}) c.colsb[t] = a_bytes, c.rows[t] = 16;
   for (int t : {4, 5}) c.colsb[t] = 64, c.rows[t] = b_rows;
   // GCC 12's _tile_loadconfig names only the first 8 bytes of the 64 as

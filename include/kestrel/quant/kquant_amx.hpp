@@ -5,7 +5,9 @@
 //
 //   kp::pack_kpanel<B>(...) -> amx::pack_kamx<B>(kpanel_block, kamx_block)  // per block of a 16-row panel
 //   amx::pack_kacts(a, n_tokens, nb, k, acts + k * nb);                     // tokens 16k .. 16k + 15
-//   amx::configure_k(); amx::kpanel_tiles(panel, n_rows, acts, nb, k0, k1, n_tokens, out, out_stride); amx::release();
+//   amx::configure_tiles(k_tile_bytes, k_tile_rows);
+//   amx::kpanel_tiles(panel, n_rows, acts, nb, k0, k1, n_tokens, out, out_stride);
+//   amx::release();
 //   // out[t * out_stride + r] == the VNNI panels' (kquant_panels.hpp) bit for bit
 //
 // ---- the arithmetic ----
@@ -38,7 +40,6 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <type_traits>
 
 #include "kestrel/quant/amx.hpp"
@@ -122,21 +123,10 @@ inline void pack_kacts(const block_q8_K* a, std::size_t n_tokens, std::size_t nb
   }
 }
 
-/// The tile shapes: every tile 16 rows x 64 bytes. C: S_l, S_h, M in tiles
-/// 0, 1, 2; A in 3; B: lo, hi, mn in 4, 5, 6.
-inline void configure_k() noexcept {
-  tile_config c;
-  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 16;
-  asm volatile("ldtilecfg %0" ::"m"(c));  // the whole struct as the operand: see configure_tiles
-}
-
-/// configure_k for a scope: one thread's share of a call.
-struct ktiles_on {
-  ktiles_on() noexcept { configure_k(); }
-  ~ktiles_on() { release(); }
-  ktiles_on(const ktiles_on&) = delete;
-  ktiles_on& operator=(const ktiles_on&) = delete;
-};
+/// The tile shapes: configure_tiles(64, 16), every tile 16 rows x 64 bytes.
+/// C: S_l, S_h, M in tiles 0, 1, 2; A in 3; B: lo, hi, mn in 4, 5, 6.
+inline constexpr std::uint16_t k_tile_bytes = 64;
+inline constexpr std::uint8_t k_tile_rows = 16;
 
 /// A panel's nb packed super-blocks against a tile of 16 tokens (nb
 /// kact_blocks): acc[i] lane r = the VNNI panels' result for row r, token i.
