@@ -80,6 +80,27 @@ struct copy_rate_limit {
   std::size_t probe_bytes = std::size_t{16} << 20;
 };
 
+/// Separate compilation, for a program's own build (the header-only use
+/// needs none of it): with KESTREL_CPU_BACKEND_EXTERN defined, cpu_backend's
+/// kernel entry points (its products, norms, rope, attention and
+/// prepare_weights) are declared here and not defined, so a translation unit
+/// that builds a model does not compile every kernel again; the one
+/// translation unit that also defines KESTREL_CPU_BACKEND_IMPL defines them
+/// (this project's src/cpu_backend.cpp, the library kestrel_cpu_backend in
+/// meson.build). Every translation unit of a program must agree. The same
+/// code either way: only where it is compiled differs. Measured: examples/
+/// simple.cpp took 128 s to compile header-only on this project's 2-core
+/// host (86% of it optimizing and generating code, most of it the kernels).
+#if !defined(KESTREL_CPU_BACKEND_EXTERN)
+#define KESTREL_CPU_BACKEND_DEFINE 1
+#define KESTREL_CPU_BACKEND_INLINE inline
+#elif defined(KESTREL_CPU_BACKEND_IMPL)
+#define KESTREL_CPU_BACKEND_DEFINE 1
+#define KESTREL_CPU_BACKEND_INLINE
+#else
+#define KESTREL_CPU_BACKEND_DEFINE 0
+#endif
+
 /// The xsimd kernels of cpu/ on a persistent pool of `n_threads` threads
 /// (the caller's thread is one of them).
 class cpu_backend {
@@ -88,52 +109,34 @@ class cpu_backend {
                        copy_rate_limit limit = {})
       : pool_(std::make_unique<cpu::thread_pool>(n_threads)), placement_(placement), limit_(limit) {}
 
-  void matvec(const weight_view& w, const float* x, float* y) { cpu::matvec(w, x, y, pool_.get()); }
-  void matmul(const weight_view& w, const float* x, std::size_t n, float* y) { cpu::matmul(w, x, n, y, pool_.get()); }
+  void matvec(const weight_view& w, const float* x, float* y);
+  void matmul(const weight_view& w, const float* x, std::size_t n, float* y);
   /// Optional (model/concepts.hpp): several products of the same n rows of x, x quantized once.
-  void matmul_shared(std::span<const cpu::matvec_job> jobs, const float* x, std::size_t n) {
-    cpu::matmul_shared(jobs, x, n, pool_.get());
-  }
+  void matmul_shared(std::span<const cpu::matvec_job> jobs, const float* x, std::size_t n);
   /// Optional (model/concepts.hpp): several products of one x in one parallel region.
-  void matvec_fused(std::span<const cpu::matvec_job> jobs, const float* x) { cpu::matvec_fused(jobs, x, pool_.get()); }
+  void matvec_fused(std::span<const cpu::matvec_job> jobs, const float* x);
   /// Optional: h = silu(gate x) * (up x) in one parallel region; up_scratch: (gate.rows).
-  void matvec_swiglu(const weight_view& gate, const weight_view& up, const float* x, float* h, float* up_scratch) {
-    cpu::matvec_swiglu(gate, up, x, h, up_scratch, pool_.get());
-  }
-  void row_to_f32(const weight_view& w, std::size_t row, float* y) { cpu::row_to_f32(w, row, y); }
-  void rmsnorm(float* y, const float* x, const float* weight, std::size_t n, float eps) { cpu::rmsnorm(y, x, weight, n, eps); }
-  void layernorm(float* y, const float* x, const float* weight, const float* bias, std::size_t n, float eps) {
-    cpu::layernorm(y, x, weight, bias, n, eps);
-  }
-  void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t pos, const cpu::rope_spec& r) {
-    cpu::rope(x, n_heads, head_dim, pos, r);
-  }
+  void matvec_swiglu(const weight_view& gate, const weight_view& up, const float* x, float* h, float* up_scratch);
+  void row_to_f32(const weight_view& w, std::size_t row, float* y);
+  void rmsnorm(float* y, const float* x, const float* weight, std::size_t n, float eps);
+  void layernorm(float* y, const float* x, const float* weight, const float* bias, std::size_t n, float eps);
+  void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t pos, const cpu::rope_spec& r);
   /// Optional: rope with the position's angles precomputed (cpu::rope_angles).
   void rope_rotate(float* x, std::size_t n_heads, std::size_t head_dim, const float* cs, const float* sn,
-                   const cpu::rope_spec& r) {
-    cpu::rope_rotate(x, n_heads, head_dim, cs, sn, r);
-  }
-  void swiglu(float* y, const float* gate, const float* up, std::size_t n) { cpu::swiglu(y, gate, up, n); }
-  void gelu(float* y, const float* x, std::size_t n) { cpu::gelu(y, x, n); }
-  void add(float* y, const float* x, std::size_t n) { cpu::add(y, x, n); }
+                   const cpu::rope_spec& r);
+  void swiglu(float* y, const float* gate, const float* up, std::size_t n);
+  void gelu(float* y, const float* x, std::size_t n);
+  void add(float* y, const float* x, std::size_t n);
   /// k, v: f32, or f16 from an f16 cache (kv/contiguous.hpp).
   template <class T>
   void attend(const float* q, const T* k, const T* v, std::size_t n_kv, std::size_t head_dim, std::size_t kv_stride,
-              float scale, float* out, float* scratch) {
-    cpu::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
-  }
+              float scale, float* out, float* scratch);
   /// Optional: attention of a block of queries x the query heads of one KV
   /// head (cpu/attend_block.hpp), called from inside parallel_for. Its
   /// scratch is the caller's (a.scratch) or per thread and grow-only:
   /// allocated by the first calls of a prompt, then reused.
   template <class T>
-  void attend_block(const cpu::basic_attend_block_args<T>& a) {
-    if (a.scratch) return cpu::attend_block(a, a.scratch);
-    thread_local aligned_buffer<float> scratch;
-    const std::size_t need = cpu::attend_block_scratch_size(a);
-    if (scratch.size() < need) scratch = aligned_buffer<float>(need);
-    cpu::attend_block(a, scratch.data());
-  }
+  void attend_block(const cpu::basic_attend_block_args<T>& a);
   template <class F>
   void parallel_for(std::size_t n, F&& f, std::size_t work) { cpu::parallel_for(pool_.get(), n, std::forward<F>(f), work); }
   std::size_t n_threads() const noexcept { return pool_->size(); }
@@ -158,119 +161,7 @@ class cpu_backend {
   /// AVX2 and without VNNI, q2_K, q3_K, q5_K, q4_0, q4_1, q5_0, q5_1 and
   /// q8_0 matrices too (dtype::q2_k_x16, ...; quant/kquant_x16.hpp,
   /// quant/legacy_x16.hpp; the same size, q3_K 2% larger).
-  void prepare_weights(llama_weights& w) {
-    if (placement_ == weight_placement::file || w.mapped.empty() || !transparent_huge_pages()) return;
-    std::vector<weight_view*> views;
-    for (auto& L : w.layers)
-      for (weight_view* v : L.matrices()) views.push_back(v);
-    views.push_back(&w.output);
-    if (w.output.data == w.token_embd.data) views.push_back(&w.token_embd);
-    // Each distinct matrix once, 64-byte aligned in the copy.
-    struct place {
-      const std::byte* src = nullptr;  // null: nothing to place
-      std::size_t offset = 0;          // in the copy
-      std::size_t first = 0;           // index of the view that copies it (itself for the first)
-      dtype type = dtype::f32;         // its type in the copy
-    };
-    std::vector<place> where;
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < views.size(); ++i) {
-      const weight_view* v = views[i];
-      const auto* src = static_cast<const std::byte*>(v->data);
-      const auto seen = std::find_if(where.begin(), where.end(), [&](const place& p) { return p.src == src; });
-      if (src == nullptr || v->bytes() == 0 || !w.in_mapping(src, v->bytes())) where.push_back({});
-      else if (seen != where.end()) where.push_back(*seen);
-      else {
-        const dtype type = copy_type(*v);
-        where.push_back({src, total, i, type});
-        total += (weight_view{type, nullptr, v->rows, v->cols}.bytes() + 63) / 64 * 64;
-      }
-    }
-    if (total == 0) return;
-    std::shared_ptr<huge_page_buffer> copy;
-    try {
-      copy = std::make_shared<huge_page_buffer>(total);
-    } catch (const error&) {
-      return;  // no memory to map: the weights stay where they are, as with weight_placement::file
-    }
-    // weight_placement::automatic: the copy's rate over each stretch of
-    // probe_bytes decides whether the matrices that keep their layout go on
-    // following. Not its first stretch alone: memory another process has
-    // just freed faults in fast, fresh memory after it may not.
-    using clock = std::chrono::steady_clock;
-    const bool adaptive = placement_ == weight_placement::automatic;
-    bool copy_plain = true, left = false;  // left: a matrix stayed in a mapping
-    std::size_t copied = 0, stretch = 0;
-    auto stretch_start = clock::now();
-    for (std::size_t i = 0; i < views.size(); ++i) {
-      const place& p = where[i];
-      if (p.src == nullptr) continue;
-      if (p.first != i) {  // a matrix an earlier view placed: this view follows it, copied or not
-        views[i]->data = views[p.first]->data;
-        views[i]->type = views[p.first]->type;
-        continue;
-      }
-      const bool relayout = p.type != views[i]->type;
-      if (!relayout && !copy_plain) {
-        left = true;  // stays in the file mapping
-        continue;
-      }
-      std::byte* const dst = copy->data() + p.offset;
-      if (relayout) interleave(*views[i], dst);
-      else copy_matrix(p.src, views[i]->bytes(), dst);
-      copied += views[i]->bytes();
-      stretch += views[i]->bytes();
-      if (adaptive && copy_plain && stretch >= limit_.probe_bytes) {
-        const auto now = clock::now();
-        const double s = std::chrono::duration<double>(now - stretch_start).count();
-        copy_plain = static_cast<double>(stretch) >= limit_.min_bytes_per_s * s;
-        stretch = 0;
-        stretch_start = now;
-      }
-      views[i]->data = dst;
-      views[i]->type = p.type;
-    }
-    w.copied_bytes = copied;
-    // The norms and biases too, into a plain buffer: then nothing but the
-    // token embeddings is read from the file after this, and the whole
-    // mappings can be given back. Where the page cache holds the file in
-    // large folios, a fault maps the whole folio around the byte read: a
-    // norm read beside a matrix brought up to 2 MiB of that matrix back.
-    struct placed {
-      std::shared_ptr<huge_page_buffer> matrices;
-      std::vector<float> vectors;
-    };
-    auto moved = std::make_shared<placed>();
-    moved->matrices = std::move(copy);
-    std::vector<std::pair<const float**, std::size_t>> vecs;  // those in a mapping
-    std::size_t n_floats = 0;
-    auto take = [&](const std::pair<const float**, std::size_t>& v) {
-      if (*v.first && w.in_mapping(*v.first, v.second * sizeof(float))) {
-        vecs.push_back(v);
-        n_floats += v.second;
-      }
-    };
-    for (auto& L : w.layers)
-      for (const auto& v : L.vectors(w.hparams)) take(v);
-    take({&w.output_norm, w.hparams.n_embd});
-    take({&w.output_norm_b, w.hparams.n_embd});
-    moved->vectors.resize(n_floats);
-    float* at = moved->vectors.data();
-    for (const auto& [p, n] : vecs) {
-      std::memcpy(at, *p, n * sizeof(float));
-      *p = at;
-      at += n;
-    }
-    w.copy = std::move(moved);
-    if (left) return;  // matrices left in the mappings are read from there
-    // What stays in the mappings (the token embeddings, rope frequencies)
-    // is read a row at a time: give every page back, and map what is read
-    // again by small pages (core/mmap.hpp).
-    for (const auto& m : w.mapped) {
-      release_pages(m.data(), m.size());
-      map_small_pages(m.data(), m.size());
-    }
-  }
+  void prepare_weights(llama_weights& w);
 
  private:
   /// The type a matrix gets in prepare_weights' copy.
@@ -341,15 +232,183 @@ class cpu_backend {
   copy_rate_limit limit_;
 };
 
+#if KESTREL_CPU_BACKEND_DEFINE
+// cpu_backend's kernels: defined here in the header-only build, and in the
+// one translation unit of the project's separate compilation (above).
+#define KESTREL_CPU_BACKEND_FN KESTREL_CPU_BACKEND_INLINE void cpu_backend::
+KESTREL_CPU_BACKEND_FN matvec(const weight_view& w, const float* x, float* y) { cpu::matvec(w, x, y, pool_.get()); }
+KESTREL_CPU_BACKEND_FN matmul(const weight_view& w, const float* x, std::size_t n, float* y) {
+  cpu::matmul(w, x, n, y, pool_.get());
+}
+KESTREL_CPU_BACKEND_FN matmul_shared(std::span<const cpu::matvec_job> jobs, const float* x, std::size_t n) {
+  cpu::matmul_shared(jobs, x, n, pool_.get());
+}
+KESTREL_CPU_BACKEND_FN matvec_fused(std::span<const cpu::matvec_job> jobs, const float* x) {
+  cpu::matvec_fused(jobs, x, pool_.get());
+}
+KESTREL_CPU_BACKEND_FN matvec_swiglu(const weight_view& gate, const weight_view& up, const float* x, float* h,
+                                     float* up_scratch) {
+  cpu::matvec_swiglu(gate, up, x, h, up_scratch, pool_.get());
+}
+KESTREL_CPU_BACKEND_FN row_to_f32(const weight_view& w, std::size_t row, float* y) { cpu::row_to_f32(w, row, y); }
+KESTREL_CPU_BACKEND_FN rmsnorm(float* y, const float* x, const float* weight, std::size_t n, float eps) {
+  cpu::rmsnorm(y, x, weight, n, eps);
+}
+KESTREL_CPU_BACKEND_FN layernorm(float* y, const float* x, const float* weight, const float* bias, std::size_t n,
+                                 float eps) {
+  cpu::layernorm(y, x, weight, bias, n, eps);
+}
+KESTREL_CPU_BACKEND_FN rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_t pos,
+                            const cpu::rope_spec& r) {
+  cpu::rope(x, n_heads, head_dim, pos, r);
+}
+KESTREL_CPU_BACKEND_FN rope_rotate(float* x, std::size_t n_heads, std::size_t head_dim, const float* cs,
+                                   const float* sn, const cpu::rope_spec& r) {
+  cpu::rope_rotate(x, n_heads, head_dim, cs, sn, r);
+}
+KESTREL_CPU_BACKEND_FN swiglu(float* y, const float* gate, const float* up, std::size_t n) { cpu::swiglu(y, gate, up, n); }
+KESTREL_CPU_BACKEND_FN gelu(float* y, const float* x, std::size_t n) { cpu::gelu(y, x, n); }
+KESTREL_CPU_BACKEND_FN add(float* y, const float* x, std::size_t n) { cpu::add(y, x, n); }
+template <class T>
+KESTREL_CPU_BACKEND_FN attend(const float* q, const T* k, const T* v, std::size_t n_kv, std::size_t head_dim,
+                              std::size_t kv_stride, float scale, float* out, float* scratch) {
+  cpu::attend(q, k, v, n_kv, head_dim, kv_stride, scale, out, scratch);
+}
+template <class T>
+KESTREL_CPU_BACKEND_FN attend_block(const cpu::basic_attend_block_args<T>& a) {
+  if (a.scratch) return cpu::attend_block(a, a.scratch);
+  thread_local aligned_buffer<float> scratch;
+  const std::size_t need = cpu::attend_block_scratch_size(a);
+  if (scratch.size() < need) scratch = aligned_buffer<float>(need);
+  cpu::attend_block(a, scratch.data());
+}
+KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
+  if (placement_ == weight_placement::file || w.mapped.empty() || !transparent_huge_pages()) return;
+  std::vector<weight_view*> views;
+  for (auto& L : w.layers)
+    for (weight_view* v : L.matrices()) views.push_back(v);
+  views.push_back(&w.output);
+  if (w.output.data == w.token_embd.data) views.push_back(&w.token_embd);
+  // Each distinct matrix once, 64-byte aligned in the copy.
+  struct place {
+    const std::byte* src = nullptr;  // null: nothing to place
+    std::size_t offset = 0;          // in the copy
+    std::size_t first = 0;           // index of the view that copies it (itself for the first)
+    dtype type = dtype::f32;         // its type in the copy
+  };
+  std::vector<place> where;
+  std::size_t total = 0;
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const weight_view* v = views[i];
+    const auto* src = static_cast<const std::byte*>(v->data);
+    const auto seen = std::find_if(where.begin(), where.end(), [&](const place& p) { return p.src == src; });
+    if (src == nullptr || v->bytes() == 0 || !w.in_mapping(src, v->bytes())) where.push_back({});
+    else if (seen != where.end()) where.push_back(*seen);
+    else {
+      const dtype type = copy_type(*v);
+      where.push_back({src, total, i, type});
+      total += (weight_view{type, nullptr, v->rows, v->cols}.bytes() + 63) / 64 * 64;
+    }
+  }
+  if (total == 0) return;
+  std::shared_ptr<huge_page_buffer> copy;
+  try {
+    copy = std::make_shared<huge_page_buffer>(total);
+  } catch (const error&) {
+    return;  // no memory to map: the weights stay where they are, as with weight_placement::file
+  }
+  // weight_placement::automatic: the copy's rate over each stretch of
+  // probe_bytes decides whether the matrices that keep their layout go on
+  // following. Not its first stretch alone: memory another process has
+  // just freed faults in fast, fresh memory after it may not.
+  using clock = std::chrono::steady_clock;
+  const bool adaptive = placement_ == weight_placement::automatic;
+  bool copy_plain = true, left = false;  // left: a matrix stayed in a mapping
+  std::size_t copied = 0, stretch = 0;
+  auto stretch_start = clock::now();
+  for (std::size_t i = 0; i < views.size(); ++i) {
+    const place& p = where[i];
+    if (p.src == nullptr) continue;
+    if (p.first != i) {  // a matrix an earlier view placed: this view follows it, copied or not
+      views[i]->data = views[p.first]->data;
+      views[i]->type = views[p.first]->type;
+      continue;
+    }
+    const bool relayout = p.type != views[i]->type;
+    if (!relayout && !copy_plain) {
+      left = true;  // stays in the file mapping
+      continue;
+    }
+    std::byte* const dst = copy->data() + p.offset;
+    if (relayout) interleave(*views[i], dst);
+    else copy_matrix(p.src, views[i]->bytes(), dst);
+    copied += views[i]->bytes();
+    stretch += views[i]->bytes();
+    if (adaptive && copy_plain && stretch >= limit_.probe_bytes) {
+      const auto now = clock::now();
+      const double s = std::chrono::duration<double>(now - stretch_start).count();
+      copy_plain = static_cast<double>(stretch) >= limit_.min_bytes_per_s * s;
+      stretch = 0;
+      stretch_start = now;
+    }
+    views[i]->data = dst;
+    views[i]->type = p.type;
+  }
+  w.copied_bytes = copied;
+  // The norms and biases too, into a plain buffer: then nothing but the
+  // token embeddings is read from the file after this, and the whole
+  // mappings can be given back. Where the page cache holds the file in
+  // large folios, a fault maps the whole folio around the byte read: a
+  // norm read beside a matrix brought up to 2 MiB of that matrix back.
+  struct placed {
+    std::shared_ptr<huge_page_buffer> matrices;
+    std::vector<float> vectors;
+  };
+  auto moved = std::make_shared<placed>();
+  moved->matrices = std::move(copy);
+  std::vector<std::pair<const float**, std::size_t>> vecs;  // those in a mapping
+  std::size_t n_floats = 0;
+  auto take = [&](const std::pair<const float**, std::size_t>& v) {
+    if (*v.first && w.in_mapping(*v.first, v.second * sizeof(float))) {
+      vecs.push_back(v);
+      n_floats += v.second;
+    }
+  };
+  for (auto& L : w.layers)
+    for (const auto& v : L.vectors(w.hparams)) take(v);
+  take({&w.output_norm, w.hparams.n_embd});
+  take({&w.output_norm_b, w.hparams.n_embd});
+  moved->vectors.resize(n_floats);
+  float* at = moved->vectors.data();
+  for (const auto& [p, n] : vecs) {
+    std::memcpy(at, *p, n * sizeof(float));
+    *p = at;
+    at += n;
+  }
+  w.copy = std::move(moved);
+  if (left) return;  // matrices left in the mappings are read from there
+  // What stays in the mappings (the token embeddings, rope frequencies)
+  // is read a row at a time: give every page back, and map what is read
+  // again by small pages (core/mmap.hpp).
+  for (const auto& m : w.mapped) {
+    release_pages(m.data(), m.size());
+    map_small_pages(m.data(), m.size());
+  }
+}
+#undef KESTREL_CPU_BACKEND_FN
+#endif  // KESTREL_CPU_BACKEND_DEFINE
+
 /// The scalar twins of cpu/ref/, single-threaded: the reference the fast
 /// backend is tested against, end to end.
 class cpu_ref_backend {
  public:
   explicit cpu_ref_backend(std::size_t = 1) {}
 
-  void matvec(const weight_view& w, const float* x, float* y) { cpu::ref::matvec(w, x, y, nullptr); }
-  void matmul(const weight_view& w, const float* x, std::size_t n, float* y) { cpu::ref::matmul(w, x, n, y, nullptr); }
-  void row_to_f32(const weight_view& w, std::size_t row, float* y) { cpu::ref::row_to_f32(w, row, y); }
+  // These three are compiled with cpu_backend's kernels (KESTREL_CPU_BACKEND_EXTERN):
+  // the quantized products share their dispatch, whose scalar twins are picked at run time.
+  void matvec(const weight_view& w, const float* x, float* y);
+  void matmul(const weight_view& w, const float* x, std::size_t n, float* y);
+  void row_to_f32(const weight_view& w, std::size_t row, float* y);
   void rmsnorm(float* y, const float* x, const float* weight, std::size_t n, float eps) { cpu::ref::rmsnorm(y, x, weight, n, eps); }
   void layernorm(float* y, const float* x, const float* weight, const float* bias, std::size_t n, float eps) {
     cpu::ref::layernorm(y, x, weight, bias, n, eps);
@@ -369,6 +428,18 @@ class cpu_ref_backend {
   void parallel_for(std::size_t n, F&& f, std::size_t /*work*/) { if (n) f(std::size_t{0}, n); }
   std::size_t n_threads() const noexcept { return 1; }
 };
+
+#if KESTREL_CPU_BACKEND_DEFINE
+KESTREL_CPU_BACKEND_INLINE void cpu_ref_backend::matvec(const weight_view& w, const float* x, float* y) {
+  cpu::ref::matvec(w, x, y, nullptr);
+}
+KESTREL_CPU_BACKEND_INLINE void cpu_ref_backend::matmul(const weight_view& w, const float* x, std::size_t n, float* y) {
+  cpu::ref::matmul(w, x, n, y, nullptr);
+}
+KESTREL_CPU_BACKEND_INLINE void cpu_ref_backend::row_to_f32(const weight_view& w, std::size_t row, float* y) {
+  cpu::ref::row_to_f32(w, row, y);
+}
+#endif
 
 static_assert(Backend<cpu_backend>);
 static_assert(Backend<cpu_ref_backend>);
