@@ -18,6 +18,7 @@
 
 #include "kestrel/core/buffer.hpp"
 #include "kestrel/core/mmap.hpp"
+#include "kestrel/core/separate.hpp"
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/kernels.hpp"
 #include "kestrel/cpu/ref/kernels.hpp"
@@ -79,28 +80,6 @@ struct copy_rate_limit {
   double min_bytes_per_s = 0.5e9;
   std::size_t probe_bytes = std::size_t{16} << 20;
 };
-
-/// Separate compilation, for a program's own build (the header-only use
-/// needs none of it): with KESTREL_CPU_BACKEND_EXTERN defined, cpu_backend's
-/// kernel entry points (its products, norms, rope, attention and
-/// prepare_weights) are declared here and not defined, so a translation unit
-/// that builds a model does not compile every kernel again; the one
-/// translation unit that also defines KESTREL_CPU_BACKEND_IMPL defines them
-/// (this project's src/cpu_backend.cpp, the library kestrel_cpu_backend in
-/// meson.build). Every translation unit of a program must agree. The same
-/// code either way: only where it is compiled differs. Measured on a 2-core
-/// Xeon host: examples/simple.cpp compiled in 128-155 s header-only (86% of
-/// it optimizing and generating code, 62% of its code the kernels), 51 s
-/// with the kernels compiled apart.
-#if !defined(KESTREL_CPU_BACKEND_EXTERN)
-#define KESTREL_CPU_BACKEND_DEFINE 1
-#define KESTREL_CPU_BACKEND_INLINE inline
-#elif defined(KESTREL_CPU_BACKEND_IMPL)
-#define KESTREL_CPU_BACKEND_DEFINE 1
-#define KESTREL_CPU_BACKEND_INLINE
-#else
-#define KESTREL_CPU_BACKEND_DEFINE 0
-#endif
 
 /// The xsimd kernels of cpu/ on a persistent pool of `n_threads` threads
 /// (the caller's thread is one of them).
@@ -233,10 +212,10 @@ class cpu_backend {
   copy_rate_limit limit_;
 };
 
-#if KESTREL_CPU_BACKEND_DEFINE
+#if KESTREL_SEPARATE_DEFINE
 // cpu_backend's kernels: defined here in the header-only build, and in the
-// one translation unit of the project's separate compilation (above).
-#define KESTREL_CPU_BACKEND_FN KESTREL_CPU_BACKEND_INLINE void cpu_backend::
+// one translation unit of a separate compilation (core/separate.hpp).
+#define KESTREL_CPU_BACKEND_FN KESTREL_SEPARATE_INLINE void cpu_backend::
 KESTREL_CPU_BACKEND_FN matvec(const weight_view& w, const float* x, float* y) { cpu::matvec(w, x, y, pool_.get()); }
 KESTREL_CPU_BACKEND_FN matmul(const weight_view& w, const float* x, std::size_t n, float* y) {
   cpu::matmul(w, x, n, y, pool_.get());
@@ -397,7 +376,7 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
   }
 }
 #undef KESTREL_CPU_BACKEND_FN
-#endif  // KESTREL_CPU_BACKEND_DEFINE
+#endif  // KESTREL_SEPARATE_DEFINE
 
 /// The scalar twins of cpu/ref/, single-threaded: the reference the fast
 /// backend is tested against, end to end.
@@ -405,7 +384,7 @@ class cpu_ref_backend {
  public:
   explicit cpu_ref_backend(std::size_t = 1) {}
 
-  // These three are compiled with cpu_backend's kernels (KESTREL_CPU_BACKEND_EXTERN):
+  // These three are compiled with cpu_backend's kernels (core/separate.hpp):
   // the quantized products share their dispatch, whose scalar twins are picked at run time.
   void matvec(const weight_view& w, const float* x, float* y);
   void matmul(const weight_view& w, const float* x, std::size_t n, float* y);
@@ -430,14 +409,14 @@ class cpu_ref_backend {
   std::size_t n_threads() const noexcept { return 1; }
 };
 
-#if KESTREL_CPU_BACKEND_DEFINE
-KESTREL_CPU_BACKEND_INLINE void cpu_ref_backend::matvec(const weight_view& w, const float* x, float* y) {
+#if KESTREL_SEPARATE_DEFINE
+KESTREL_SEPARATE_INLINE void cpu_ref_backend::matvec(const weight_view& w, const float* x, float* y) {
   cpu::ref::matvec(w, x, y, nullptr);
 }
-KESTREL_CPU_BACKEND_INLINE void cpu_ref_backend::matmul(const weight_view& w, const float* x, std::size_t n, float* y) {
+KESTREL_SEPARATE_INLINE void cpu_ref_backend::matmul(const weight_view& w, const float* x, std::size_t n, float* y) {
   cpu::ref::matmul(w, x, n, y, nullptr);
 }
-KESTREL_CPU_BACKEND_INLINE void cpu_ref_backend::row_to_f32(const weight_view& w, std::size_t row, float* y) {
+KESTREL_SEPARATE_INLINE void cpu_ref_backend::row_to_f32(const weight_view& w, std::size_t row, float* y) {
   cpu::ref::row_to_f32(w, row, y);
 }
 #endif

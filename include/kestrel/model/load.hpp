@@ -15,6 +15,7 @@
 
 #include "kestrel/core/error.hpp"
 #include "kestrel/core/mmap.hpp"
+#include "kestrel/core/separate.hpp"
 #include "kestrel/io/gguf.hpp"
 #include "kestrel/io/llama2c.hpp"
 #include "kestrel/model/config.hpp"
@@ -267,8 +268,12 @@ struct model_file {
 /// tokenizer.model: SentencePiece, else tokenizer.json: byte-level BPE), or a llama2.c checkpoint with its
 /// `tokenizer.bin` (required for llama2.c files; for the others an explicit
 /// tokenizer.bin replaces the model's own vocabulary).
-inline model_file load_model_file(const std::filesystem::path& path,
-                                  const std::optional<std::filesystem::path>& tokenizer = std::nullopt) {
+KESTREL_SEPARATE_INLINE model_file load_model_file(const std::filesystem::path& path,
+                                                   const std::optional<std::filesystem::path>& tokenizer = std::nullopt);
+
+#if KESTREL_SEPARATE_DEFINE
+KESTREL_SEPARATE_INLINE model_file load_model_file(const std::filesystem::path& path,
+                                                   const std::optional<std::filesystem::path>& tokenizer) {
   const std::string name = path.string();
   const model_format format = detect_format(path);
   llama_weights weights;
@@ -302,5 +307,6 @@ inline model_file load_model_file(const std::filesystem::path& path,
                            " tokens but the model's embedding has " + std::to_string(weights.hparams.n_vocab));
   return {name, format, std::move(weights), std::move(tok), std::move(gguf)};
 }
+#endif  // KESTREL_SEPARATE_DEFINE
 
 }  // namespace kestrel

@@ -1,14 +1,16 @@
-// src/cpu_backend.cpp: cpu_backend's kernels (and cpu_ref_backend's products, which
-// share their dispatch) compiled once for this
-// project's own programs (examples, the model tests, kestrel-bench-cache),
-// which include the headers with KESTREL_CPU_BACKEND_EXTERN defined and link
-// the library kestrel_cpu_backend (meson.build). The library itself stays
-// header-only for its users; see model/backend.hpp.
-#define KESTREL_CPU_BACKEND_IMPL
+// src/kestrel.cpp: the heavy parts of the library compiled once for this
+// repository's own programs (the examples, the model and tools tests,
+// kestrel-bench-cache): cpu_backend's kernels, cpu_ref_backend's products
+// (which share their dispatch) and load_model_file with the file readers.
+// Those programs include the headers with KESTREL_SEPARATE defined and link
+// the library kestrel_separate (meson.build). The library itself stays
+// header-only for its users; see core/separate.hpp.
+#define KESTREL_SEPARATE_IMPL
 #include "kestrel/model/backend.hpp"
+#include "kestrel/model/load.hpp"
 
-#if !defined(KESTREL_CPU_BACKEND_EXTERN)
-#error "src/cpu_backend.cpp is built with KESTREL_CPU_BACKEND_EXTERN, as the programs that link it"
+#if !defined(KESTREL_SEPARATE)
+#error "src/kestrel.cpp is built with KESTREL_SEPARATE, as the programs that link it"
 #endif
 
 namespace kestrel {
