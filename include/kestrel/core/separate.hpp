@@ -7,11 +7,13 @@
 //     prepare_weights) and cpu_ref_backend's products (model/backend.hpp);
 //   - load_model_file, with every file format's reader and the tokenizers'
 //     loaders (model/load.hpp).
-// So a translation unit that builds a model does not compile them again. The
-// one translation unit that also defines KESTREL_SEPARATE_IMPL defines them
-// (this repository's src/kestrel.cpp, the library kestrel_separate in
-// meson.build). Every translation unit of a program must agree. The same code
-// either way: only where it is compiled differs.
+// So a translation unit that builds a model does not compile them again. A
+// translation unit that also defines KESTREL_SEPARATE_IMPL defines those of
+// the headers it includes; each header's in exactly one of a program's
+// (this repository's src/backend.cpp and src/load.cpp, the library
+// kestrel_separate in meson.build). Every translation unit of a program must
+// agree on KESTREL_SEPARATE. The same code either way: only where it is
+// compiled differs.
 //
 // Measured on a 2-core Xeon host: examples/simple.cpp compiled in 128-155 s
 // header-only (86% of it optimizing and generating code; the kernels 62% of
