@@ -633,11 +633,21 @@ inline k4_scales unpack_scales(const block_q4_K_x16& b) noexcept {
 /// q6_K's codes of one 64-byte load of ql: lane r's bytes as full 6-bit
 /// codes (low 4 bits | high 2 bits << 4) of values 4g + j (lo) and 16 + 4g
 /// + j (hi) of the unit, from the unit's two qh loads. The high bits sit at
-/// bits 2g, 2g + 1 of their byte: a 16-bit shift takes them to bits 4, 5
-/// (the neighbouring byte's bits it moves in land outside 0x30, masked off),
-/// and vpternlogd merges them: (low & 0x0f) | high.
+/// bits 2g, 2g + 1 of their byte. With GFNI one vgf2p8affineqb moves them
+/// to bits 4, 5 and clears the rest of the byte (the bit matrix's rows 4
+/// and 5 pick source bits 2g and 2g + 1); without, a 16-bit shift takes them
+/// there (the neighbouring byte's bits it moves in land outside 0x30) and a
+/// vpandd masks. vpternlogd merges them: (low & 0x0f) | high. The same bits
+/// either way. Measured (/tmp harness, x16 walk of two q6_K panels in L1,
+/// one thread, AMX Xeon family 6 model 167): GFNI 1.24-1.25x the shifts.
 inline void q6_codes(__m512i ql, __m512i qh0, __m512i qh1, int g, __m512i& lo, __m512i& hi) noexcept {
-  const __m512i m0f = _mm512_set1_epi8(0x0f), m30 = _mm512_set1_epi8(0x30);
+  const __m512i m0f = _mm512_set1_epi8(0x0f);
+#if defined(__GFNI__)
+  // result bit i of a byte = parity(matrix byte 7 - i & source byte)
+  const __m512i pick = _mm512_set1_epi64(static_cast<long long>((std::uint64_t{1} << (2 * g)) << 24 | (std::uint64_t{1} << (2 * g + 1)) << 16));
+  const __m512i h0 = _mm512_gf2p8affine_epi64_epi8(qh0, pick, 0), h1 = _mm512_gf2p8affine_epi64_epi8(qh1, pick, 0);
+#else
+  const __m512i m30 = _mm512_set1_epi8(0x30);
   auto to_bit4 = [g](__m512i h) {
     switch (g) {
       case 0: return _mm512_slli_epi16(h, 4);
@@ -646,9 +656,11 @@ inline void q6_codes(__m512i ql, __m512i qh0, __m512i qh1, int g, __m512i& lo, _
       default: return _mm512_srli_epi16(h, 2);
     }
   };
+  const __m512i h0 = _mm512_and_si512(to_bit4(qh0), m30), h1 = _mm512_and_si512(to_bit4(qh1), m30);
+#endif
   // 0xEA: (a & b) | c over the bits of (a, b, c)
-  lo = _mm512_ternarylogic_epi32(ql, m0f, _mm512_and_si512(to_bit4(qh0), m30), 0xEA);
-  hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m0f, _mm512_and_si512(to_bit4(qh1), m30), 0xEA);
+  lo = _mm512_ternarylogic_epi32(ql, m0f, h0, 0xEA);
+  hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m0f, h1, 0xEA);
 }
 
 /// vpshufb control, per 32-bit lane: its byte k zero-extended to 16 bits in
