@@ -9,7 +9,7 @@
 //   quant::unpack_x16(panel, r, nb, row);                     // and back, bit for bit
 //   quant::ref::vec_dot_x16(panel, r, a, n);                  // the scalar twin: row r of a panel
 //   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // AVX-512 VNNI
-//   quant::detail::x16::x16_pairs(panels, half, a, nb, out);  // decode on Intel: two panels side by side
+//   quant::detail::x16::x16_pairs(panels, half, a, nb, out);  // decode on Intel: four panels side by side
 //   quant::detail::x16::pack_kpanel(panel, nb, blocks);       // the prefill panels' blocks
 //
 // Why: quant/kquants.hpp's row-major kernel spends two 256-bit multiplies
