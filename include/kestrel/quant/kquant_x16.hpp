@@ -691,7 +691,7 @@ inline __m512i twin_ctrl(int k) noexcept {
 /// AMX Xeon family 6 model 167, alternated medians, GB/s over the former
 /// kernel): in L1, one thread, unrolled 1.26-1.34, with vpdpwssd 1.35-1.38,
 /// units interleaved across the two panels 1.39; from memory (28000 panels,
-/// two threads) 1.05-1.07, the plain 8-stream read 1.31-1.36.
+/// two threads) 1.03-1.07, the plain 8-stream read 1.31-1.36.
 template <class X, std::size_t NT, x16_ahead A = x16_ahead::far_l2, std::size_t NP = 1>
 inline void x16_group(const X* const* p, const block_q8_K* a, std::size_t nb, std::size_t stride, __m512* acc) noexcept {
   constexpr bool q6 = std::is_same_v<X, block_q6_K_x16>;
