@@ -569,9 +569,9 @@ TEST_CASE("x16 kernel: the same bits whichever way the blocks ahead are asked fo
   auto check = [&]<class X>(const char* name, std::uint32_t seed) {
     using B = typename q::x16_source<X>::type;
     std::mt19937 rng(seed);
-    // 11 blocks: both prefetch distances run past the panel's end; 7 panels, the
-    // last partial: x16_pairs' six whole ones
-    constexpr std::size_t nb = 11, rows = 99;
+    // 11 blocks: both prefetch distances run past the panel's end; 16 panels,
+    // the last partial: x16_pairs' 15 whole ones
+    constexpr std::size_t nb = 11, rows = 243;
     const auto packed = pack_rows<X>(random_blocks<B>(rows * nb, rng), rows, nb);
     for (std::size_t n_tokens : {1, 3, 6}) {
       const auto a = random_activations(n_tokens * nb, rng);
@@ -590,9 +590,9 @@ TEST_CASE("x16 kernel: the same bits whichever way the blocks ahead are asked fo
       CHECK(std::memcmp(out[0].data(), out[1].data(), out[0].size() * sizeof(float)) == 0);
       CHECK(std::memcmp(out[0].data(), out[2].data(), out[0].size() * sizeof(float)) == 0);
       if (n_tokens == 1) {
-        // Intel's decode walk (x16_pairs): 2, 4 and 6 panels, four side by side
-        // and the two left over as a pair, the same bits as one at a time
-        for (std::size_t half : {1, 2, 3}) {
+        // Intel's decode walk (x16_pairs): 2 .. 14 panels, eight (q6_K) and four
+        // side by side and the rest as a pair, the same bits as one at a time
+        for (std::size_t half : {1, 2, 3, 4, 5, 7}) {
           INFO("x16_pairs, half " << half);
           std::vector<float> paired(32 * half, -7.0f);
           q::detail::x16::x16_pairs(packed.data(), half, a.data(), nb, paired.data());

@@ -435,8 +435,8 @@ inline constexpr std::size_t decode_panels = 2;
 /// and each chunk's panels go two halves side by side: pairs(p, half, out)
 /// computes panels p + j and p + half + j, j < half, into out[16 j + r] and
 /// out[16 (half + j) + r] (two streams through memory for decode; AVX-512's
-/// x16_pairs walks a chunk's panels four at a time instead, into the same
-/// places); a last odd or partial panel goes to tokens.
+/// x16_pairs walks a chunk's panels four or eight at a time instead, into
+/// the same places); a last odd or partial panel goes to tokens.
 template <class Tokens, class Pairs = std::nullptr_t>
 inline void x16_walk(std::size_t rows, std::size_t n_tokens, thread_pool* pool, std::size_t work, float* y,
                      Tokens&& tokens, Pairs&& pairs = nullptr) {
@@ -599,8 +599,8 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
         quant::detail::x16::x16_pairs(panels + p * nb, half, a, nb, out);
       });
 #else
-      // Intel (row_streams::wide): decode walks four panels at a time (two
-      // for an odd pair left over), each block's successor asked into L1
+      // Intel (row_streams::wide): decode walks four panels at a time (q6_K
+      // eight; the rest four and two), each block's successor asked into L1
       // unit by unit (x16_pairs); elsewhere one panel at a time, as
       // x16_ahead_for chooses. The same bits either way.
       if (cpu::host_row_streams() == cpu::row_streams::wide)

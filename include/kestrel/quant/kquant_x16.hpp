@@ -9,7 +9,7 @@
 //   quant::unpack_x16(panel, r, nb, row);                     // and back, bit for bit
 //   quant::ref::vec_dot_x16(panel, r, a, n);                  // the scalar twin: row r of a panel
 //   quant::detail::x16::x16_tokens(panel, n_rows, a, nb, n_tokens, out, out_stride);  // AVX-512 VNNI
-//   quant::detail::x16::x16_pairs(panels, half, a, nb, out);  // decode on Intel: four panels side by side
+//   quant::detail::x16::x16_pairs(panels, half, a, nb, out);  // decode on Intel: 4 (q6_K 8) panels side by side
 //   quant::detail::x16::pack_kpanel(panel, nb, blocks);       // the prefill panels' blocks
 //
 // Why: quant/kquants.hpp's row-major kernel spends two 256-bit multiplies
@@ -803,33 +803,45 @@ inline void x16_tokens(const X* p, std::size_t n_rows, const block_q8_K* a, std:
                                   });
 }
 
+/// n whole panels from p (nb blocks each) against one token, NP at a time
+/// side by side block by block and unit by unit (panels j, q + j, ..., (NP
+/// - 1) q + j, q = n / NP: NP streams through memory), each block's
+/// successor asked into L1 unit by unit (x16_ahead::unit_l1): out[16 k + r]
+/// for panel k < NP q. Returns NP q, the panels done.
+template <class X, std::size_t NP>
+inline std::size_t x16_side_by_side(const X* p, std::size_t n, const block_q8_K* a, std::size_t nb, float* out) noexcept {
+  const std::size_t q = n / NP;
+  for (std::size_t j = 0; j < q; ++j) {
+    const X* ps[NP];
+    for (std::size_t i = 0; i < NP; ++i) ps[i] = p + (i * q + j) * nb;
+    __m512 acc[NP];
+    x16_group<X, 1, x16_ahead::unit_l1, NP>(ps, a, nb, nb, acc);
+    for (std::size_t i = 0; i < NP; ++i) _mm512_storeu_ps(out + 16 * (i * q + j), acc[i]);
+  }
+  return NP * q;
+}
+
+/// Panels decode's walk on Intel reads side by side: q4_K four, q6_K
+/// (no scales to hold in registers beside its chains) eight. Measured (/tmp
+/// harness, 28000 q4_K / 20000 q6_K panels x 8 blocks in huge pages, two
+/// threads, alternated medians, AMX Xeon family 6 model 167), GB/s over two
+/// panels: q4_K four 1.08-1.19, eight 1.08; q6_K four 1.08-1.12, eight
+/// 1.18-1.20 (and 1.18 with 3 blocks a panel, the 110M shape's rows); the
+/// plain 8-stream read 1.22-1.49.
+template <class X>
+inline constexpr std::size_t decode_side_by_side = std::is_same_v<X, block_q6_K_x16> ? 8 : 4;
+
 /// Decode's walk on Intel (cpu::row_streams::wide, x16_walk's pairs): the 2
-/// half whole panels from p (nb blocks each) against one token, four at a
-/// time side by side block by block and unit by unit (panels j, q + j, 2q +
-/// j and 3q + j, q = half / 2: four streams through memory), then the two
-/// left over when half is odd as a pair, each block's successor asked into
-/// L1 unit by unit (x16_ahead::unit_l1): out[16 k + r] for panel k. The same
-/// bits as x16_tokens per panel. Four streams against two, measured (/tmp
-/// harness, 28000 panels x 8 blocks in huge pages, two threads, alternated
-/// medians, AMX Xeon family 6 model 167): q4_K 1.08-1.19x, q6_K 1.08-1.12x
-/// (the plain 8-stream read 1.29-1.49x two streams).
+/// half whole panels from p against one token, decode_side_by_side<X> at a
+/// time (x16_side_by_side), then the rest four and two at a time:
+/// out[16 k + r] for panel k. The same bits as x16_tokens per panel.
 template <class X>
 inline void x16_pairs(const X* p, std::size_t half, const block_q8_K* a, std::size_t nb, float* out) noexcept {
-  const std::size_t q = half / 2;
-  for (std::size_t j = 0; j < q; ++j) {
-    const X* const ps[4] = {p + j * nb, p + (q + j) * nb, p + (2 * q + j) * nb, p + (3 * q + j) * nb};
-    __m512 acc[4];
-    x16_group<X, 1, x16_ahead::unit_l1, 4>(ps, a, nb, nb, acc);
-    for (std::size_t i = 0; i < 4; ++i) _mm512_storeu_ps(out + 16 * (i * q + j), acc[i]);
-  }
-  if (half % 2) {
-    const std::size_t k = 4 * q;
-    const X* const ps[2] = {p + k * nb, p + (k + 1) * nb};
-    __m512 acc[2];
-    x16_group<X, 1, x16_ahead::unit_l1, 2>(ps, a, nb, nb, acc);
-    _mm512_storeu_ps(out + 16 * k, acc[0]);
-    _mm512_storeu_ps(out + 16 * (k + 1), acc[1]);
-  }
+  const std::size_t n = 2 * half;
+  std::size_t k = 0;
+  if constexpr (decode_side_by_side<X> == 8) k += x16_side_by_side<X, 8>(p, n, a, nb, out);
+  k += x16_side_by_side<X, 4>(p + k * nb, n - k, a, nb, out + 16 * k);
+  x16_side_by_side<X, 2>(p + k * nb, n - k, a, nb, out + 16 * k);  // n - k is 0 or 2
 }
 
 #if defined(KESTREL_KQUANT_PANEL)
