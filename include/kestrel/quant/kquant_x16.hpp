@@ -601,14 +601,20 @@ inline void prefetch_ahead(const X* p, std::size_t b) noexcept {
 /// 32 zmm.
 inline constexpr std::size_t token_group = 4;
 
-/// vpshufb controls, per 32-bit lane: its byte k zero-extended to 32 bits,
-/// or its bytes k, k + 1 each zero-extended to 16 bits.
+/// vpshufb controls, per 32-bit lane: its byte k zero-extended to 32 bits
+/// (byte_ctrl), its bytes k, k + 1 each zero-extended to 16 bits
+/// (pair_ctrl), or its byte k zero-extended to 16 bits in both halves, the
+/// int16 pair (byte k, byte k) that vpdpwssd meets (twin_ctrl).
 inline __m512i byte_ctrl(int k) noexcept {
   auto c = [k](int d) { return static_cast<int>(0x80808000u | static_cast<unsigned>(4 * d + k)); };
   return _mm512_broadcast_i32x4(_mm_setr_epi32(c(0), c(1), c(2), c(3)));
 }
 inline __m512i pair_ctrl(int k) noexcept {
   auto c = [k](int d) { return static_cast<int>(0x80008000u | static_cast<unsigned>(4 * d + k) | static_cast<unsigned>(4 * d + k + 1) << 16); };
+  return _mm512_broadcast_i32x4(_mm_setr_epi32(c(0), c(1), c(2), c(3)));
+}
+inline __m512i twin_ctrl(int k) noexcept {
+  auto c = [k](int d) { return static_cast<int>(0x80008000u | static_cast<unsigned>(4 * d + k) * 0x10001u); };
   return _mm512_broadcast_i32x4(_mm_setr_epi32(c(0), c(1), c(2), c(3)));
 }
 
@@ -661,13 +667,6 @@ inline void q6_codes(__m512i ql, __m512i qh0, __m512i qh1, int g, __m512i& lo, _
   // 0xEA: (a & b) | c over the bits of (a, b, c)
   lo = _mm512_ternarylogic_epi32(ql, m0f, h0, 0xEA);
   hi = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), m0f, h1, 0xEA);
-}
-
-/// vpshufb control, per 32-bit lane: its byte k zero-extended to 16 bits in
-/// both halves, the int16 pair (byte k, byte k) that vpdpwssd meets.
-inline __m512i twin_ctrl(int k) noexcept {
-  auto c = [k](int d) { return static_cast<int>(0x80008000u | static_cast<unsigned>(4 * d + k) * 0x10001u); };
-  return _mm512_broadcast_i32x4(_mm_setr_epi32(c(0), c(1), c(2), c(3)));
 }
 
 /// acc[NT i + t] (lane r) = the dot of row r of panel p[i] with token t <
@@ -864,8 +863,7 @@ inline void pack_kpanel(const block_q4_K_x16* p, std::size_t nb, kp::kpanel_bloc
       }
       o.scale[2 * u] = o.scale[2 * u + 1] = _mm512_shuffle_epi8(ks.sc[u / 4], byte_ctrl(u % 4));
       // coef[u] lane r: the int16 pair (m_u, m_u), the min of both 16-value halves
-      const __m512i m = _mm512_shuffle_epi8(ks.mn[u / 4], byte_ctrl(u % 4));
-      o.coef[u] = _mm512_or_si512(m, _mm512_slli_epi32(m, 16));
+      o.coef[u] = _mm512_shuffle_epi8(ks.mn[u / 4], twin_ctrl(u % 4));
     }
     o.d = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.d)));
     o.dmin = _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(x.dmin)));
