@@ -366,7 +366,8 @@ TEST_CASE("kquant panels (prefill): the largest integer sums") {
 
 // ---- q2_K, q4_K and q5_K prefill on AMX tiles (quant/kquant_amx.hpp) ----
 //
-// The tiles give the exact integers S_l + 8 S_h and M of each super-block,
+// The tiles give the exact integers S_l + 8 S_h of each super-block (M is
+// the panels' vpdpwssd, 4 per token with 32-value sub-blocks, the same integer),
 // and the float step is the VNNI panels' (same instructions, same block
 // order), so every output equals kpanel_tokens' bit for bit: any difference
 // is a bug.
@@ -391,10 +392,10 @@ bool tiles_match_panels(const std::vector<B>& w, std::size_t rows, const std::ve
     kp::kpanel_tokens<B>(packed.data(), nr, a.data(), nb, n_tokens, vnni.data() + 16 * p, rows);
     for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(packed[b], tiles[p * nb + b]);
   }
-  for (std::size_t k = 0; k < n_tiles; ++k) am::pack_kacts(a.data(), n_tokens, nb, k, acts.data() + k * nb);
+  for (std::size_t k = 0; k < n_tiles; ++k) am::pack_kacts<B>(a.data(), n_tokens, nb, k, acts.data() + k * nb);
   am::configure_tiles(am::k_tile_bytes, am::k_tile_rows);
   for (std::size_t p = 0; p < n_panels; ++p)
-    am::kpanel_tiles(tiles.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), acts.data(), nb, 0, n_tiles,
+    am::kpanel_tiles<B>(tiles.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), acts.data(), nb, 0, n_tiles,
                      n_tokens, amx.data() + 16 * p, rows);
   am::release();
   return std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)) == 0;

@@ -344,7 +344,7 @@ inline void kquant_tiles(std::size_t rows, const quant::block_q8_K* a, std::size
   auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
   amx_prefill<am::kact_block, am::kamx_block>(
       n_panels, nb, n_tokens, n_tokens * rows * nb * quant::qk_k, pool,
-      [&](std::size_t k, am::kact_block* dst) { am::pack_kacts(a, n_tokens, nb, k, dst); },
+      [&](std::size_t k, am::kact_block* dst) { am::pack_kacts<B>(a, n_tokens, nb, k, dst); },
       [&](std::size_t p, am::kamx_block* dst) {
         thread_local std::vector<kp::kpanel_block> blocks;  // (nb); grown, never shrunk
         if (blocks.size() < nb) blocks.resize(nb);
@@ -352,7 +352,7 @@ inline void kquant_tiles(std::size_t rows, const quant::block_q8_K* a, std::size
         for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(blocks[b], dst[b]);
       },
       [&](const am::kamx_block* src, std::size_t p, const am::kact_block* x, std::size_t k0, std::size_t k1) {
-        am::kpanel_tiles(src, panel_rows(p), x, nb, k0, k1, n_tokens, y + p * kp::panel_rows, rows);
+        am::kpanel_tiles<B>(src, panel_rows(p), x, nb, k0, k1, n_tokens, y + p * kp::panel_rows, rows);
       },
       [] { return am::tiles_on(am::k_tile_bytes, am::k_tile_rows); });
 }
