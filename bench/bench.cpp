@@ -66,11 +66,14 @@
 // fresh buffer reads at 28 to 54 GB/s on this shared host depending on where
 // its pages and the cores land, which the weights need not share. Prefill
 // does 2 ops per weight per token (the output matrix only for the last
-// token; attention not counted), so pp's bound is peak / ops per token, with
-// the int8 peak (vpdpbusd; without AVX-512 VNNI, vpmaddubsw + vpmaddwd,
-// the pair an AVX2 kernel issues per 32 products) for quantized files and the
-// f32 FMA peak (512- or 256-bit, what the CPU has) for float files (f32, f16,
-// bf16). Where prefill runs on AMX tiles (quant/amx.hpp), the probe also
+// token; attention not counted), so pp's bound is peak / ops per token,
+// with the int8 peak (vpdpbusd; without AVX-512 VNNI, vpmaddubsw +
+// vpmaddwd, the pair an AVX2 kernel issues per 32 products) for quantized
+// files and the f32 FMA peak (512- or 256-bit, what the CPU has) for float
+// files (f32, f16, bf16), timed like the weights' reads: one run of its
+// loop before the first repetition and one after each (median; JSON
+// peak_gops and samples_peak_gops), as the host's speed moves within
+// seconds. The probes at the start (compute_peak) are the same loops. Where prefill runs on AMX tiles (quant/amx.hpp), the probe also
 // reports the tiles' int8 peak (amx_int8_gops: TDPBSSD back to back, about
 // 16 vpdpbusd's work each), which the bound does not use: the tile kernels
 // are held to the float steps around each block's product, not to the tiles.
@@ -615,30 +618,40 @@ struct compute_probe {
   double amx_int8_gops = 0;              // where the prefill kernels use AMX tiles, else 0
 };
 
+/// One run of the int8 (quantized) or the f32 peak loop on n_threads
+/// threads: GOP/s, or 0 where the CPU has neither kind of loop.
+double probe_peak_once(std::size_t n_threads, bool int8) {
+  const double total_iters = static_cast<double>(peak_iters) * static_cast<double>(n_threads);
+  std::atomic<long> sink{0};
+  double gops = 0;
+  if (int8 && has_vnni()) {
+    const double t = on_threads(n_threads, [&](std::size_t) { sink += vnni_loop(peak_iters); });
+    gops = total_iters * 12 * 64 * 2 / t / 1e9;
+  } else if (int8 && has_avx2()) {
+    const double t = on_threads(n_threads, [&](std::size_t) { sink += maddubs_loop(peak_iters); });
+    gops = total_iters * 12 * 32 * 2 / t / 1e9;
+  } else if (!int8 && has_avx512()) {
+    const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(fma_loop(peak_iters)); });
+    gops = total_iters * 12 * 16 * 2 / t / 1e9;
+  } else if (!int8 && has_avx2()) {
+    const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(fma_loop_avx2(peak_iters)); });
+    gops = total_iters * 12 * 8 * 2 / t / 1e9;
+  }
+  if (sink.load() == 42) std::fprintf(stderr, " ");
+  return gops;
+}
+
 compute_probe probe_compute(std::size_t n_threads) {
   compute_probe r;
   r.n_threads = n_threads;
-  const double total_iters = static_cast<double>(peak_iters) * static_cast<double>(n_threads);
   std::vector<double> s8, s32;
-  std::atomic<long> sink{0};
   for (int run = 0; run < 3; ++run) {
-    if (has_vnni()) {
-      const double t = on_threads(n_threads, [&](std::size_t) { sink += vnni_loop(peak_iters); });
-      s8.push_back(total_iters * 12 * 64 * 2 / t / 1e9);
-    } else if (has_avx2()) {
-      const double t = on_threads(n_threads, [&](std::size_t) { sink += maddubs_loop(peak_iters); });
-      s8.push_back(total_iters * 12 * 32 * 2 / t / 1e9);
-    }
-    if (has_avx512()) {
-      const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(fma_loop(peak_iters)); });
-      s32.push_back(total_iters * 12 * 16 * 2 / t / 1e9);
-    } else if (has_avx2()) {
-      const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(fma_loop_avx2(peak_iters)); });
-      s32.push_back(total_iters * 12 * 8 * 2 / t / 1e9);
-    }
+    if (const double g = probe_peak_once(n_threads, true); g > 0) s8.push_back(g);
+    if (const double g = probe_peak_once(n_threads, false); g > 0) s32.push_back(g);
   }
 #if defined(KESTREL_AMX)
   if (kestrel::quant::amx_enabled()) {
+    std::atomic<long> sink{0};
     std::vector<double> amx;
     const long amx_iters = peak_iters / 16;  // one TDPBSSD takes about as long as 16 vpdpbusd
     for (int run = 0; run < 3; ++run) {
@@ -646,9 +659,9 @@ compute_probe probe_compute(std::size_t n_threads) {
       amx.push_back(static_cast<double>(amx_iters) * static_cast<double>(n_threads) * 4 * 16 * 16 * 64 * 2 / t / 1e9);
     }
     r.amx_int8_gops = kestrel::bench::median(amx);
+    if (sink.load() == 42) std::fprintf(stderr, " ");
   }
 #endif
-  if (sink.load() == 42) std::fprintf(stderr, " ");
   r.int8_gops = kestrel::bench::median(s8);
   r.f32_gflops = kestrel::bench::median(s32);
   return r;
@@ -761,6 +774,7 @@ struct result {
   std::string cache_type = "f16";
   std::uint64_t load_ns = 0;  // the model's construction (weights placed)
   std::vector<double> weights_gbps;  // tg: reads of the decode matrices between repetitions
+  std::vector<double> peak_gops;     // pp: the compute peak the bound uses, between repetitions
 };
 
 const char* placement_name(kestrel::weight_placement p) {
@@ -874,6 +888,8 @@ struct printer {
     };
     // tg and pp+tg: the weights' read rate (empty for pp: JSON leaves it out, CSV's column is empty)
     f.push_back({"weights_gbps", r.weights_gbps.empty() ? "" : num("%.2f", kestrel::bench::median(r.weights_gbps)), false});
+    // pp and pp+tg: the compute peak of the bound (int8 or f32, the file's)
+    f.push_back({"peak_gops", r.peak_gops.empty() ? "" : num("%.1f", kestrel::bench::median(r.peak_gops)), false});
     return f;
   }
   /// A CSV field: quoted, its quotes doubled (RFC 4180).
@@ -925,6 +941,7 @@ struct printer {
     for (const field& x : f)
       if (x.quoted || !x.text.empty()) body += "\"" + std::string(x.name) + "\": " + (x.quoted ? json_string(x.text) : x.text) + ", ";
     if (!r.weights_gbps.empty()) body += "\"samples_weights_gbps\": " + json_list(r.weights_gbps, "%.2f") + ", ";
+    if (!r.peak_gops.empty()) body += "\"samples_peak_gops\": " + json_list(r.peak_gops, "%.1f") + ", ";
     object(body + "\"samples_ns\": " + json_list(r.samples_ns, "%llu") + ", \"samples_ts\": " + json_list(r.samples_ts, "%.6f"));
   }
   void end() {
@@ -1015,7 +1032,6 @@ int main(int argc, char** argv) {
       auto random_token = [&] { return static_cast<kestrel::token_id>(rng() % n_vocab); };
       for (std::size_t ti = 0; ti < threads.size(); ++ti) {
         const std::size_t n_threads = static_cast<std::size_t>(threads[ti]);
-        const compute_probe& peak = probes[ti].second;
         struct test_shape { std::size_t n_prompt, n_gen, n_depth, n_batch, n_ubatch; };
         std::vector<test_shape> tests;
         for (long b : batches)
@@ -1091,7 +1107,15 @@ int main(int argc, char** argv) {
               if (n_gen)
                 for (int pass = 0; pass < 2; ++pass) r.weights_gbps.push_back(probe_weights_once(mats, n_threads));
             };
+            // pp: the compute peak likewise, one run of its loop before the
+            // first repetition and after each (this host's speed moves
+            // within seconds, so a peak from the start of the process
+            // alone can be from another moment than the test's).
+            auto probe_peak = [&] {
+              if (n_prompt) r.peak_gops.push_back(probe_peak_once(n_threads, facts.quantized));
+            };
             probe_weights();
+            probe_peak();
             for (long rep = 0; rep < reps; ++rep) {
               fill_depth();
               const std::uint64_t t0 = now_ns();
@@ -1101,6 +1125,7 @@ int main(int argc, char** argv) {
               r.samples_ns.push_back(ns);
               r.samples_ts.push_back(1e9 * static_cast<double>(n_prompt + n_gen) / static_cast<double>(ns));
               probe_weights();
+              probe_peak();
             }
             r.peak_rss = peak_rss_bytes();
             // The bound's seconds: the prompt's at the compute peak plus the
@@ -1115,7 +1140,7 @@ int main(int argc, char** argv) {
               const double passes = static_cast<double>((n_prompt + chunk - 1) / chunk);
               const double ops = 2.0 * (np * static_cast<double>(facts.layer_params - facts.last_token_params) +
                                         passes * static_cast<double>(facts.last_token_params + facts.output_params));
-              const double peak_ops = (facts.quantized ? peak.int8_gops : peak.f32_gflops) * 1e9;
+              const double peak_ops = kestrel::bench::median(r.peak_gops) * 1e9;
               bound_s += ops / peak_ops;
             }
             if (n_gen) {
