@@ -82,8 +82,11 @@ def main():
         print(f"read bandwidth: {min(bw):.1f} .. {max(bw):.1f} GB/s over {len(bw)} probes (median of 7 each)")
     if wr:
         print(f"weights read (the tg bounds): {min(wr):.1f} .. {max(wr):.1f} GB/s over {len(wr)} tests")
+    pk = [r["peak_gops"] for r in kestrel if "peak_gops" in r]
+    if pk:
+        print(f"compute peak between repetitions (the pp bounds): {min(pk):.0f} .. {max(pk):.0f} GOP/s over {len(pk)} tests")
     if peaks:
-        print("int8 peak: %.0f .. %.0f GOP/s, f32 peak: %.0f .. %.0f GFLOP/s" % (
+        print("int8 peak at the start: %.0f .. %.0f GOP/s, f32 peak: %.0f .. %.0f GFLOP/s" % (
             min(p["int8_gops"] for p in peaks), max(p["int8_gops"] for p in peaks),
             min(p["f32_gflops"] for p in peaks), max(p["f32_gflops"] for p in peaks)))
         amx = [p["amx_int8_gops"] for p in peaks if p.get("amx_int8_gops")]
