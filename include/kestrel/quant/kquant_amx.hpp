@@ -40,8 +40,9 @@
 // M on the tiles instead (a third B tile of the mins, 12 products) was
 // the first version: it loads 16 KiB of tiles per 16 tokens x 16 rows x
 // 256 values, and those loads, from L2 for all but the smallest panels,
-// bound it. With M by vpdpwssd the loads are 12 KiB and the vector work
-// still hides behind them (bench/README.md).
+// bound it. With M by vpdpwssd the loads are 12 KiB, and the float step
+// (64 more vpdpwssd) runs beside the next block's tile work: 0.86-0.88 of
+// the prefill time of Q4_K_M files (bench/README.md).
 // (An earlier try put only the products of each sub-block on tiles and left
 // the scale multiplies and the bsum term to AVX-512, whose per-token work
 // then bound it: 0.955-1.06 of the VNNI time, dropped; bench/README.md.)
@@ -95,8 +96,9 @@ static_assert(sizeof(kamx_block) == 8 * 1024 + 512 + 128);
 /// of unit u's half h (values 32 u + 16 h ..). The byte products by the
 /// scale parts come from vpmullw: both words of a lane times the part, each
 /// byte's product below 256, so nothing carries into the byte above.
-/// kpanel_block::coef[j] is the pair (m, m) of 32-value sub-block j; a
-/// blend of words makes the pairs (m_2k, m_2k+1).
+/// With 32-value sub-blocks kpanel_block::coef[j] is sub-block j's pair
+/// (m_j, m_j), and a blend of words makes the pairs (m_2k, m_2k+1); with
+/// 16-value ones (q2_K) it is already the pair that meets bsums 2j, 2j + 1.
 template <class B>
 inline void pack_kamx(const kp::kpanel_block& k, kamx_block& o) noexcept {
   static_assert(kquant_on_tiles<B>);
