@@ -366,11 +366,11 @@ TEST_CASE("kquant panels (prefill): the largest integer sums") {
 
 // ---- q2_K, q4_K and q5_K prefill on AMX tiles (quant/kquant_amx.hpp) ----
 //
-// The tiles give the exact integers S_l + 8 S_h of each super-block (M is
-// the panels' vpdpwssd, 4 per token with 32-value sub-blocks, the same integer),
-// and the float step is the VNNI panels' (same instructions, same block
-// order), so every output equals kpanel_tokens' bit for bit: any difference
-// is a bug.
+// The tiles give the exact integers S_l + 8 S_h of each super-block, M
+// comes from vpdpwssd as in the panels (4 per token with 32-value
+// sub-blocks, against pair-summed bsums: the same integer), and the float
+// step is the VNNI panels' (same instructions, same block order), so every
+// output equals kpanel_tokens' bit for bit: any difference is a bug.
 
 #if defined(KESTREL_KQUANT_AMX)
 namespace {
@@ -396,7 +396,7 @@ bool tiles_match_panels(const std::vector<B>& w, std::size_t rows, const std::ve
   am::configure_tiles(am::k_tile_bytes, am::k_tile_rows);
   for (std::size_t p = 0; p < n_panels; ++p)
     am::kpanel_tiles<B>(tiles.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), acts.data(), nb, 0, n_tiles,
-                     n_tokens, amx.data() + 16 * p, rows);
+                        n_tokens, amx.data() + 16 * p, rows);
   am::release();
   return std::memcmp(vnni.data(), amx.data(), vnni.size() * sizeof(float)) == 0;
 }
