@@ -73,7 +73,8 @@
 // files (f32, f16, bf16), timed like the weights' reads: one run of its
 // loop before the first repetition and one after each (median; JSON
 // peak_gops and samples_peak_gops), as the host's speed moves within
-// seconds. The probes at the start (compute_peak) are the same loops. Where prefill runs on AMX tiles (quant/amx.hpp), the probe also
+// seconds. The probes at the start (compute_peak) are the same loops.
+// Where prefill runs on AMX tiles (quant/amx.hpp), the probe also
 // reports the tiles' int8 peak (amx_int8_gops: TDPBSSD back to back, about
 // 16 vpdpbusd's work each), which the bound does not use: the tile kernels
 // are held to the float steps around each block's product, not to the tiles.
