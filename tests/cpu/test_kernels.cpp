@@ -656,6 +656,66 @@ TEST_CASE("cpu: matvec_fused quantizes x once only for matrices that take the sa
   }
 }
 
+TEST_CASE("cpu: matvec_fused's threads split bytes (a q6_K v beside q4_K q and k), every row once") {
+  // Q4_K_M's attn_v is q6_K in a third of the layers: split by row blocks,
+  // the thread with the last blocks read 30% more (210 bytes a 256-value
+  // block against 144). block_at_bytes maps equal fractions of the bytes to
+  // blocks: 0 and every block at the ends, monotone, and the middle within
+  // one block of the bytes' middle; the products stay matvec's bit for bit.
+  namespace q = kestrel::quant;
+  using kestrel::dtype;
+  const std::size_t cols = 512;
+  std::vector<q::block_q4_K> bq, bk;
+  std::vector<q::block_q6_K> bv;
+  const kestrel::weight_view wq = quantized_weight(bq, dtype::q4_k, 512, cols, 31);
+  const kestrel::weight_view wk = quantized_weight(bk, dtype::q4_k, 128, cols, 32);
+  const kestrel::weight_view wv = quantized_weight(bv, dtype::q6_k, 384, cols, 33);
+  std::vector<float> yq(wq.rows), yk(wk.rows), yv(wv.rows);
+  const cpu::matvec_job jobs[3] = {{&wq, yq.data()}, {&wk, yk.data()}, {&wv, yv.data()}};
+  std::size_t blocks = 0, bytes = 0;
+  for (const cpu::matvec_job& j : jobs) {
+    blocks += cpu::detail::matvec_blocks(*j.w);
+    bytes += cpu::detail::matvec_blocks(*j.w) * cpu::detail::row_block(j.w->type) * j.w->row_bytes();
+  }
+  CHECK(cpu::detail::block_at_bytes(jobs, 0, blocks) == 0);
+  CHECK(cpu::detail::block_at_bytes(jobs, blocks, blocks) == blocks);
+  std::size_t last = 0;
+  for (std::size_t u = 0; u <= blocks; ++u) {
+    const std::size_t b = cpu::detail::block_at_bytes(jobs, u, blocks);
+    CHECK(b >= last);
+    last = b;
+  }
+  // The byte offset where block b starts.
+  auto start = [&](std::size_t b) {
+    std::size_t at = 0;
+    for (const cpu::matvec_job& j : jobs) {
+      const std::size_t nb = cpu::detail::matvec_blocks(*j.w), per = cpu::detail::row_block(j.w->type) * j.w->row_bytes();
+      const std::size_t k = std::min(b, nb);
+      at += k * per;
+      b -= k;
+    }
+    return at;
+  };
+  const std::size_t mid = cpu::detail::block_at_bytes(jobs, blocks / 2, blocks);
+  const std::size_t v_block = cpu::detail::row_block(dtype::q6_k) * wv.row_bytes();
+  CHECK(start(mid) >= bytes * (blocks / 2) / blocks);
+  CHECK(start(mid) < bytes * (blocks / 2) / blocks + v_block);
+  CHECK(mid > blocks / 2);  // the denser v at the end: by blocks the second half would read more
+
+  const auto x = random_floats(cols, 34, -2.0f, 2.0f);
+  std::vector<float> want[3] = {std::vector<float>(wq.rows), std::vector<float>(wk.rows), std::vector<float>(wv.rows)};
+  for (int j = 0; j < 3; ++j) cpu::matvec(*jobs[j].w, x.data(), want[j].data(), nullptr);
+  cpu::thread_pool pool2(2), pool3(3);
+  for (cpu::thread_pool* pool : {&pool2, &pool3}) {
+    for (auto* y : {&yq, &yk, &yv}) std::fill(y->begin(), y->end(), -1.0f);
+    cpu::matvec_fused(jobs, x.data(), pool);
+    INFO("threads " << pool->size());
+    CHECK(yq == want[0]);
+    CHECK(yk == want[1]);
+    CHECK(yv == want[2]);
+  }
+}
+
 TEST_CASE("cpu: float decode products in fixed chunks (float_decode_for) give one thread's bits") {
   // Threads split rows, never a row's sum, so any chunking gives the bits of
   // one thread: chunks from below one row block to the whole matrix, and

@@ -281,6 +281,27 @@ inline void matvec_jobs_blocks(std::span<const matvec_job> jobs, const float* x,
   }
 }
 
+/// The first of the jobs' concatenated row blocks (matvec_jobs_blocks)
+/// whose weights start at or past fraction u / n of all their bytes:
+/// matvec_fused's threads split bytes, not blocks, so that a q6_K v beside
+/// q4_K q and k (Q4_K_M's attn_v in a third of the layers) does not give
+/// the thread with the last blocks 30% more to read. Monotone in u, 0 at
+/// u = 0 and every block at u = n.
+inline std::size_t block_at_bytes(std::span<const matvec_job> jobs, std::size_t u, std::size_t n) noexcept {
+  std::size_t total = 0;
+  for (const matvec_job& j : jobs) total += matvec_blocks(*j.w) * row_block(j.w->type) * j.w->row_bytes();
+  // The byte position, exact in 128 bits (total < 2^40, n < 2^20 here).
+  const std::size_t at = static_cast<std::size_t>(static_cast<unsigned __int128>(total) * u / std::max<std::size_t>(1, n));
+  std::size_t base = 0, bytes = 0;
+  for (const matvec_job& j : jobs) {
+    const std::size_t nb = matvec_blocks(*j.w), per = row_block(j.w->type) * j.w->row_bytes();
+    if (at < bytes + nb * per) return base + (at - bytes + per - 1) / std::max<std::size_t>(1, per);
+    base += nb;
+    bytes += nb * per;
+  }
+  return base;
+}
+
 /// x (n_tokens rows) quantized once by the calling thread (quantize_for;
 /// prefill's tokens split over pool) for products of x whose weights are
 /// all block-quantized with the same width and activation blocks;
@@ -317,7 +338,10 @@ inline void matvec_fused(std::span<const matvec_job> jobs, const float* x, threa
     for (const matvec_job& j : jobs) bytes += j.w->bytes();
     return detail::float_decode_for(pool, blocks, bytes / std::max<std::size_t>(1, blocks), work, run);
   }
-  parallel_for(pool, blocks, run, work);
+  // Units of equal bytes (as many as blocks), each chunk's mapped to blocks.
+  parallel_for(pool, blocks, [&](std::size_t u0, std::size_t u1) {
+    run(detail::block_at_bytes(jobs, u0, blocks), detail::block_at_bytes(jobs, u1, blocks));
+  }, work);
 }
 
 /// h = silu(gate x) * (up x), the SwiGLU feed-forward's first half, in one
