@@ -290,8 +290,10 @@ inline void matvec_jobs_blocks(std::span<const matvec_job> jobs, const float* x,
 inline std::size_t block_at_bytes(std::span<const matvec_job> jobs, std::size_t u, std::size_t n) noexcept {
   std::size_t total = 0;
   for (const matvec_job& j : jobs) total += matvec_blocks(*j.w) * row_block(j.w->type) * j.w->row_bytes();
-  // The byte position, exact in 128 bits (total < 2^40, n < 2^20 here).
-  const std::size_t at = static_cast<std::size_t>(static_cast<unsigned __int128>(total) * u / std::max<std::size_t>(1, n));
+  // floor(total u / n) without overflow: total = q n + r, so it is q u +
+  // floor(r u / n), and r u < n^2 (n is a count of row blocks).
+  n = std::max<std::size_t>(1, n);
+  const std::size_t at = total / n * u + total % n * u / n;
   std::size_t base = 0, bytes = 0;
   for (const matvec_job& j : jobs) {
     const std::size_t nb = matvec_blocks(*j.w), per = row_block(j.w->type) * j.w->row_bytes();
