@@ -675,7 +675,7 @@ TEST_CASE("cpu: matvec_fused's threads split bytes (a q6_K v beside q4_K q and k
   std::size_t blocks = 0, bytes = 0;
   for (const cpu::matvec_job& j : jobs) {
     blocks += cpu::detail::matvec_blocks(*j.w);
-    bytes += cpu::detail::matvec_blocks(*j.w) * cpu::detail::row_block(j.w->type) * j.w->row_bytes();
+    bytes += cpu::detail::matvec_blocks(*j.w) * cpu::detail::block_bytes(*j.w);
   }
   CHECK(cpu::detail::block_at_bytes(jobs, 0, blocks) == 0);
   CHECK(cpu::detail::block_at_bytes(jobs, blocks, blocks) == blocks);
@@ -689,15 +689,14 @@ TEST_CASE("cpu: matvec_fused's threads split bytes (a q6_K v beside q4_K q and k
   auto start = [&](std::size_t b) {
     std::size_t at = 0;
     for (const cpu::matvec_job& j : jobs) {
-      const std::size_t nb = cpu::detail::matvec_blocks(*j.w), per = cpu::detail::row_block(j.w->type) * j.w->row_bytes();
-      const std::size_t k = std::min(b, nb);
-      at += k * per;
+      const std::size_t k = std::min(b, cpu::detail::matvec_blocks(*j.w));
+      at += k * cpu::detail::block_bytes(*j.w);
       b -= k;
     }
     return at;
   };
   const std::size_t mid = cpu::detail::block_at_bytes(jobs, blocks / 2, blocks);
-  const std::size_t v_block = cpu::detail::row_block(dtype::q6_k) * wv.row_bytes();
+  const std::size_t v_block = cpu::detail::block_bytes(wv);
   CHECK(start(mid) >= bytes * (blocks / 2) / blocks);
   CHECK(start(mid) < bytes * (blocks / 2) / blocks + v_block);
   CHECK(mid > blocks / 2);  // the denser v at the end: by blocks the second half would read more
@@ -714,6 +713,21 @@ TEST_CASE("cpu: matvec_fused's threads split bytes (a q6_K v beside q4_K q and k
     CHECK(yk == want[1]);
     CHECK(yv == want[2]);
   }
+
+  // Matrices of no columns hold no bytes: the map still sends every block
+  // to the last chunk, so each y is written (zeros, as matvec's).
+  kestrel::weight_view eq = wq, ev = wv;
+  eq.cols = ev.cols = 0;
+  const cpu::matvec_job empty[2] = {{&eq, yq.data()}, {&ev, yv.data()}};
+  const std::size_t empty_blocks = cpu::detail::matvec_blocks(eq) + cpu::detail::matvec_blocks(ev);
+  CHECK(cpu::detail::block_at_bytes(empty, 0, empty_blocks) == 0);
+  CHECK(cpu::detail::block_at_bytes(empty, 1, empty_blocks) == 0);
+  CHECK(cpu::detail::block_at_bytes(empty, empty_blocks, empty_blocks) == empty_blocks);
+  std::fill(yq.begin(), yq.end(), -1.0f);
+  std::fill(yv.begin(), yv.end(), -1.0f);
+  cpu::matvec_fused(empty, x.data(), &pool2);
+  CHECK(std::count(yq.begin(), yq.end(), 0.0f) == static_cast<long>(yq.size()));
+  CHECK(std::count(yv.begin(), yv.end(), 0.0f) == static_cast<long>(yv.size()));
 }
 
 TEST_CASE("cpu: float decode products in fixed chunks (float_decode_for) give one thread's bits") {

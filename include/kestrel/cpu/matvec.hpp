@@ -281,23 +281,33 @@ inline void matvec_jobs_blocks(std::span<const matvec_job> jobs, const float* x,
   }
 }
 
+/// Bytes of one row block of w (row_block rows; a matrix's last block may
+/// hold fewer).
+inline std::size_t block_bytes(const weight_view& w) noexcept { return row_block(w.type) * w.row_bytes(); }
+
 /// The first of the jobs' concatenated row blocks (matvec_jobs_blocks)
 /// whose weights start at or past fraction u / n of all their bytes:
 /// matvec_fused's threads split bytes, not blocks, so that a q6_K v beside
 /// q4_K q and k (Q4_K_M's attn_v in a third of the layers) does not give
 /// the thread with the last blocks 30% more to read. Monotone in u, 0 at
-/// u = 0 and every block at u = n.
+/// u = 0 and every block at u >= n, also where blocks hold no bytes (no
+/// columns), so the chunks always cover every block.
 inline std::size_t block_at_bytes(std::span<const matvec_job> jobs, std::size_t u, std::size_t n) noexcept {
-  std::size_t total = 0;
-  for (const matvec_job& j : jobs) total += matvec_blocks(*j.w) * row_block(j.w->type) * j.w->row_bytes();
+  std::size_t total = 0, blocks = 0;
+  for (const matvec_job& j : jobs) {
+    total += matvec_blocks(*j.w) * block_bytes(*j.w);
+    blocks += matvec_blocks(*j.w);
+  }
+  if (u == 0) return 0;
+  if (u >= n) return blocks;
   // floor(total u / n) without overflow: total = q n + r, so it is q u +
   // floor(r u / n), and r u < n^2 (n is a count of row blocks).
-  n = std::max<std::size_t>(1, n);
   const std::size_t at = total / n * u + total % n * u / n;
   std::size_t base = 0, bytes = 0;
   for (const matvec_job& j : jobs) {
-    const std::size_t nb = matvec_blocks(*j.w), per = row_block(j.w->type) * j.w->row_bytes();
-    if (at < bytes + nb * per) return base + (at - bytes + per - 1) / std::max<std::size_t>(1, per);
+    const std::size_t nb = matvec_blocks(*j.w), per = block_bytes(*j.w);
+    if (at <= bytes) return base;                                      // this job's blocks start at or past `at`
+    if (at < bytes + nb * per) return base + (at - bytes + per - 1) / per;  // per > 0 here
     base += nb;
     bytes += nb * per;
   }
