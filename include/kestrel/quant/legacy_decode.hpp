@@ -32,7 +32,11 @@
 //   acc  = fma(float(lane sums), d_w d_a, acc)      (one accumulator per row and token)
 //   accm = fma(m_w, s_a, accm)                      (the _1 types; m_w in lane 4 k, else 0)
 // and at the end v = acc + accm, summed over its 16 lanes by a fixed tree
-// (pairs i, i + 8; i, i + 4; i, i + 2; i, i + 1).
+// (pairs i, i + 8; i, i + 4; i, i + 2; i, i + 1). q4_0 with one token and
+// rows in fours (the wide plan) takes the four rows' 16 scales in one
+// permute pair, one convert and one multiply by d_a, then one permute per
+// row spreads them to its lanes: 9.5 vector operations a row and unit
+// instead of 11 (the same products, so the same bits).
 //
 // Rows go in pairs, j beside half + j of the call's rows (two long
 // sequential streams, each prefetched 256 bytes ahead; adjacent rows side by
@@ -114,6 +118,7 @@ struct alignas(64) act_unit : std::conditional_t<has_offset_m<W>, act_offsets, a
   std::int8_t q[2][64];   // q_a: values 0-15 of block k at q[0] + 16 k, 16-31 at q[1] + 16 k
   std::int32_t init[16];  // -o sum q_a of block k in lane 4 k, 0 elsewhere
   float d[16];            // d_a of the lane's block
+  float d4[16];           // d_a of block (lane % 4): four rows' scales side by side (unit_rows4)
 };
 
 }  // namespace detail::ld
@@ -218,7 +223,7 @@ struct decode_acts {
         std::memcpy(u.q[1] + 16 * k, ab.qs + 16, 16);
         u.init[4 * k] = block_start<W>(ab);
         const float da = to_f32(ab.d);
-        for (std::size_t l = 0; l < 4; ++l) u.d[4 * k + l] = da;
+        for (std::size_t l = 0; l < 4; ++l) u.d[4 * k + l] = u.d4[4 * l + k] = da;
         if constexpr (has_offset_m<W>) u.s[4 * k] = to_f32(ab.s);
       }
     }
@@ -312,12 +317,37 @@ constexpr std::array<vec_bytes, 6> make_consts() noexcept {
 }
 template <class W> inline constexpr std::array<vec_bytes, 6> const_bytes = make_consts<W>();
 
+/// q4_0's four-row scales (unit_rows4): word indices into two rows' first
+/// tables (d of block k at byte 18 k, word 9 k), rows a and b to words 0-7
+/// ([0]) or 8-15 ([1]) of a pair's permute; and, per row r of four, the
+/// float lanes of its blocks' products (lane 4 k + l <- 4 r + k).
+struct alignas(64) rows4_consts {
+  std::uint16_t pair[2][32];
+  std::int32_t spread[4][16];
+};
+constexpr rows4_consts make_rows4() noexcept {
+  rows4_consts c{};
+  for (std::size_t h = 0; h < 2; ++h)
+    for (std::size_t k = 0; k < 4; ++k) {
+      c.pair[h][8 * h + k] = static_cast<std::uint16_t>(9 * k);           // row a (first source)
+      c.pair[h][8 * h + 4 + k] = static_cast<std::uint16_t>(32 + 9 * k);  // row b (second source)
+    }
+  for (std::size_t r = 0; r < 4; ++r)
+    for (std::size_t l = 0; l < 16; ++l) c.spread[r][l] = static_cast<std::int32_t>(4 * r + l / 4);
+  return c;
+}
+inline constexpr rows4_consts rows4_bytes = make_rows4();
+
 template <class W>
 struct consts {
   __m512i qs[2], dm, qh, sel[2];  // const_bytes<W> 0-5
+  __m512i d4_pair[2], spread4[4];  // rows4_bytes (q4_0's four-row scales)
   static consts make() noexcept {
     auto ld = [](std::size_t v) { return _mm512_load_si512(const_bytes<W>[v].b); };
-    return {{ld(0), ld(1)}, ld(2), ld(3), {ld(4), ld(5)}};
+    consts c{{ld(0), ld(1)}, ld(2), ld(3), {ld(4), ld(5)}, {}, {}};
+    for (std::size_t h = 0; h < 2; ++h) c.d4_pair[h] = _mm512_load_si512(rows4_bytes.pair[h]);
+    for (std::size_t r = 0; r < 4; ++r) c.spread4[r] = _mm512_load_si512(rows4_bytes.spread[r]);
+    return c;
   }
 };
 
@@ -358,6 +388,22 @@ inline void unit(const __m512i (*tb)[n_tables<W>], const act_unit<W>* const* au,
     aq[t][1] = _mm512_load_si512(au[t]->q[1]);
     ad[t] = _mm512_load_ps(au[t]->d);
   }
+  // q4_0, one token, rows in fours (the wide plan's eights): the four rows'
+  // scales times d_a, 16 products in one register, then spread to each
+  // row's lanes, instead of a permute, a convert and a multiply per row.
+  // The same products (exact either way: two 11-bit significands), so the
+  // same bits.
+  constexpr bool rows4 = std::is_same_v<W, block_q4_0> && NT == 1 && R % 4 == 0;
+  __m512 dwad4[rows4 ? R / 4 : 1];
+  if constexpr (rows4) {
+    const __m512 ad4 = _mm512_load_ps(au[0]->d4);
+    for (std::size_t g = 0; g < R / 4; ++g) {
+      const __m512i* x = tb[4 * g];
+      const __m256i lo = _mm512_castsi512_si256(_mm512_permutex2var_epi16(x[0], c.d4_pair[0], tb[4 * g + 1][0]));
+      const __m256i hi = _mm512_castsi512_si256(_mm512_permutex2var_epi16(tb[4 * g + 2][0], c.d4_pair[1], tb[4 * g + 3][0]));
+      dwad4[g] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_blend_epi32(lo, hi, 0xf0)), ad4);
+    }
+  }
   for (std::size_t r = 0; r < R; ++r) {
     const __m512i* x = tb[r];
     __m512i codes[2];
@@ -393,6 +439,12 @@ inline void unit(const __m512i (*tb)[n_tables<W>], const act_unit<W>* const* au,
           codes[v] = _mm512_mask_add_epi8(codes[v], k, codes[v], b4);
         }
       }
+    }
+    if constexpr (rows4) {
+      __m512i s = _mm512_dpbusd_epi32(ai[0], codes[0], aq[0][0]);
+      s = _mm512_dpbusd_epi32(s, codes[1], aq[0][1]);
+      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(c.spread4[r % 4], dwad4[r / 4]), acc[r][0]);
+      continue;
     }
     __m512i dm;
     if constexpr (has_offset_m<W>)
