@@ -118,7 +118,7 @@ struct alignas(64) act_unit : std::conditional_t<has_offset_m<W>, act_offsets, a
   std::int8_t q[2][64];   // q_a: values 0-15 of block k at q[0] + 16 k, 16-31 at q[1] + 16 k
   std::int32_t init[16];  // -o sum q_a of block k in lane 4 k, 0 elsewhere
   float d[16];            // d_a of the lane's block
-  float d4[16];           // d_a of block (lane % 4): four rows' scales side by side (unit_rows4)
+  float d4[16];           // d_a of block (lane % 4): four rows' scales side by side (q4_0, unit's rows4)
 };
 
 }  // namespace detail::ld
@@ -317,10 +317,10 @@ constexpr std::array<vec_bytes, 6> make_consts() noexcept {
 }
 template <class W> inline constexpr std::array<vec_bytes, 6> const_bytes = make_consts<W>();
 
-/// q4_0's four-row scales (unit_rows4): word indices into two rows' first
+/// q4_0's four-row scales (unit's rows4): word indices into two rows' first
 /// tables (d of block k at byte 18 k, word 9 k), rows a and b to words 0-7
 /// ([0]) or 8-15 ([1]) of a pair's permute; and, per row r of four, the
-/// float lanes of its blocks' products (lane 4 k + l <- 4 r + k).
+/// float lanes of its blocks' products (lane 4 k + i <- 4 r + k, i < 4).
 struct alignas(64) rows4_consts {
   std::uint16_t pair[2][32];
   std::int32_t spread[4][16];
@@ -337,6 +337,8 @@ constexpr rows4_consts make_rows4() noexcept {
   return c;
 }
 inline constexpr rows4_consts rows4_bytes = make_rows4();
+static_assert(sizeof(block_q4_0) == 18 && offsetof(block_q4_0, d) == 0,
+              "rows4_bytes: q4_0's d at byte 18 k of a unit (word 9 k)");
 
 template <class W>
 struct consts {
@@ -399,8 +401,10 @@ inline void unit(const __m512i (*tb)[n_tables<W>], const act_unit<W>* const* au,
     const __m512 ad4 = _mm512_load_ps(au[0]->d4);
     for (std::size_t g = 0; g < R / 4; ++g) {
       const __m512i* x = tb[4 * g];
-      const __m256i lo = _mm512_castsi512_si256(_mm512_permutex2var_epi16(x[0], c.d4_pair[0], tb[4 * g + 1][0]));
-      const __m256i hi = _mm512_castsi512_si256(_mm512_permutex2var_epi16(tb[4 * g + 2][0], c.d4_pair[1], tb[4 * g + 3][0]));
+      const __m256i lo =
+          _mm512_castsi512_si256(_mm512_permutex2var_epi16(x[0], c.d4_pair[0], tb[4 * g + 1][0]));
+      const __m256i hi =
+          _mm512_castsi512_si256(_mm512_permutex2var_epi16(tb[4 * g + 2][0], c.d4_pair[1], tb[4 * g + 3][0]));
       dwad4[g] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_blend_epi32(lo, hi, 0xf0)), ad4);
     }
   }
@@ -443,7 +447,8 @@ inline void unit(const __m512i (*tb)[n_tables<W>], const act_unit<W>* const* au,
     if constexpr (rows4) {
       __m512i s = _mm512_dpbusd_epi32(ai[0], codes[0], aq[0][0]);
       s = _mm512_dpbusd_epi32(s, codes[1], aq[0][1]);
-      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_permutexvar_ps(c.spread4[r % 4], dwad4[r / 4]), acc[r][0]);
+      const __m512 dwad = _mm512_permutexvar_ps(c.spread4[r % 4], dwad4[r / 4]);
+      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dwad, acc[r][0]);
       continue;
     }
     __m512i dm;
