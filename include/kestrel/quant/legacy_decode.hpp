@@ -400,9 +400,8 @@ inline void unit(const __m512i (*tb)[n_tables<W>], const act_unit<W>* const* au,
   if constexpr (rows4) {
     const __m512 ad4 = _mm512_load_ps(au[0]->d4);
     for (std::size_t g = 0; g < R / 4; ++g) {
-      const __m512i* x = tb[4 * g];
       const __m256i lo =
-          _mm512_castsi512_si256(_mm512_permutex2var_epi16(x[0], c.d4_pair[0], tb[4 * g + 1][0]));
+          _mm512_castsi512_si256(_mm512_permutex2var_epi16(tb[4 * g][0], c.d4_pair[0], tb[4 * g + 1][0]));
       const __m256i hi =
           _mm512_castsi512_si256(_mm512_permutex2var_epi16(tb[4 * g + 2][0], c.d4_pair[1], tb[4 * g + 3][0]));
       dwad4[g] = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_blend_epi32(lo, hi, 0xf0)), ad4);
@@ -444,25 +443,25 @@ inline void unit(const __m512i (*tb)[n_tables<W>], const act_unit<W>* const* au,
         }
       }
     }
-    if constexpr (rows4) {
-      __m512i s = _mm512_dpbusd_epi32(ai[0], codes[0], aq[0][0]);
-      s = _mm512_dpbusd_epi32(s, codes[1], aq[0][1]);
-      const __m512 dwad = _mm512_permutexvar_ps(c.spread4[r % 4], dwad4[r / 4]);
-      acc[r][0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dwad, acc[r][0]);
-      continue;
+    __m512 dw, mw;  // the row's d_w (and m_w) per lane; rows4 has its d_w d_a already
+    if constexpr (!rows4) {
+      __m512i dm;
+      if constexpr (has_offset_m<W>)
+        dm = perm2_dm(x[0], c.dm, x[1]);
+      else
+        dm = perm2(x[0], c.dm, x[1]);
+      dw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
+      if constexpr (has_offset_m<W>) mw = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
     }
-    __m512i dm;
-    if constexpr (has_offset_m<W>)
-      dm = perm2_dm(x[0], c.dm, x[1]);
-    else
-      dm = perm2(x[0], c.dm, x[1]);
-    const __m512 dw = _mm512_cvtph_ps(_mm512_castsi512_si256(dm));
-    __m512 mw;
-    if constexpr (has_offset_m<W>) mw = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(dm, 1));
     for (std::size_t t = 0; t < NT; ++t) {
       __m512i s = _mm512_dpbusd_epi32(ai[t], codes[0], aq[t][0]);
       s = _mm512_dpbusd_epi32(s, codes[1], aq[t][1]);
-      acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, ad[t]), acc[r][t]);
+      __m512 dwad;  // d_w d_a per lane
+      if constexpr (rows4)
+        dwad = _mm512_permutexvar_ps(c.spread4[r % 4], dwad4[r / 4]);
+      else
+        dwad = _mm512_mul_ps(dw, ad[t]);
+      acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), dwad, acc[r][t]);
       if constexpr (has_offset_m<W>) accm[r][t] = _mm512_fmadd_ps(mw, _mm512_load_ps(au[t]->s), accm[r][t]);
     }
   }
