@@ -41,7 +41,9 @@ std::vector<std::vector<float>> edge_rows(std::size_t n) {
     twins[b + 20] = 9.0f;
   }
   sparse[n / 2] = -1e-3f;
-  rows.insert(rows.end(), {ties, zeros, negzero, twins, sparse});
+  std::vector<float> graded(n);  // block b's values about 2^(b % 24 - 8): every block its own scale
+  for (std::size_t i = 0; i < n; ++i) graded[i] = std::ldexp(normal(rng), static_cast<int>((i / 32) % 24) - 8);
+  rows.insert(rows.end(), {ties, zeros, negzero, twins, sparse, graded});
   return rows;
 }
 
@@ -68,6 +70,7 @@ TEST_CASE("quant: quantize_acts == quantize_row, byte for byte (q8_0, q8_1, q8_K
     check_equal<q::block_q8_K>(n);
   }
   check_equal<q::block_q8_0>(32);
+  check_equal<q::block_q8_0>(544);  // 16 blocks at a time (AVX-512), then one
   check_equal<q::block_q8_1>(96);
 }
 
