@@ -104,6 +104,8 @@ inline __m512 block_maxima16(const float* x) noexcept {
 /// 16 q8_0 blocks (512 values): q8_block's bytes, each block's d and its
 /// inverse computed 16 at a time (vdivps rounds as the twin's fdiv, a
 /// correctly rounded quotient; vcvtps2ph to nearest-even as to_f16).
+/// Measured (bench/ab_decode.sh, AMX Xeon, against q8_block per block):
+/// 110M q4_0 / q8_0 prefill 0.98 of the time, 110M q4_0 decode 0.98.
 inline void q8_0_blocks16(const float* x, block_q8_0* y) noexcept {
   const __m512 d = _mm512_div_ps(block_maxima16(x), _mm512_set1_ps(127.0f));
   // the twin's d != 0 ? 1 / d : 0 (unordered counts as != 0, as in C++)
