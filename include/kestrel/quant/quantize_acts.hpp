@@ -72,33 +72,40 @@ inline int q8_block(const float* x, Block& y, float& d) noexcept {
   return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
 }
 
+/// Lane b = op over the 16 lanes of v[b], b < 16 (op associative and
+/// commutative, on floats as bits: max, or integer add through casts): a
+/// tree of shuffles and ops over the 16 registers together (4 levels, 45
+/// operations), instead of a horizontal reduction per register.
+template <class Op>
+inline __m512 reduce16(const __m512* v, Op&& op) noexcept {
+  // 16 -> 8: lanes 0-7 register 2i, 8-15 register 2i + 1
+  __m512 l1[8];
+  for (int i = 0; i < 8; ++i)
+    l1[i] = op(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0x44), _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], 0xee));
+  // 8 -> 4: quarter q of l2[j] register 4j + q
+  __m512 l2[4];
+  for (int j = 0; j < 4; ++j)
+    l2[j] = op(_mm512_shuffle_f32x4(l1[2 * j], l1[2 * j + 1], 0x88), _mm512_shuffle_f32x4(l1[2 * j], l1[2 * j + 1], 0xdd));
+  // 4 -> 2: quarter q of l3[h]: lanes 0-1 register 8h + q, lanes 2-3 register 8h + 4 + q
+  __m512 l3[2];
+  for (int h = 0; h < 2; ++h)
+    l3[h] = op(_mm512_shuffle_ps(l2[2 * h], l2[2 * h + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+               _mm512_shuffle_ps(l2[2 * h], l2[2 * h + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // 2 -> 1: lane 4q + i register 4i + q
+  const __m512 r = op(_mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                      _mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
+  // lane b <- lane 4 (b % 4) + b / 4
+  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+}
+
 /// Lane b = the largest |x| of block b (32 values at x + 32 b), b < 16:
-/// each block's two registers maxed, then the 16 registers reduced
-/// together by a tree of shuffles and maxes (4 levels, 45 operations),
-/// instead of a horizontal reduction per block. Exact (max is
+/// each block's two registers maxed, then reduce16. Exact (max is
 /// order-independent).
 inline __m512 block_maxima16(const float* x) noexcept {
   __m512 m[16];
   for (int b = 0; b < 16; ++b)
     m[b] = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(x + 32 * b)), _mm512_abs_ps(_mm512_loadu_ps(x + 32 * b + 16)));
-  // 16 -> 8: lanes 0-7 block 2i, 8-15 block 2i + 1
-  __m512 l1[8];
-  for (int i = 0; i < 8; ++i)
-    l1[i] = _mm512_max_ps(_mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0x44), _mm512_shuffle_f32x4(m[2 * i], m[2 * i + 1], 0xee));
-  // 8 -> 4: quarter q of l2[j] block 4j + q
-  __m512 l2[4];
-  for (int j = 0; j < 4; ++j)
-    l2[j] = _mm512_max_ps(_mm512_shuffle_f32x4(l1[2 * j], l1[2 * j + 1], 0x88), _mm512_shuffle_f32x4(l1[2 * j], l1[2 * j + 1], 0xdd));
-  // 4 -> 2: quarter q of l3[h]: lanes 0-1 block 8h + q, lanes 2-3 block 8h + 4 + q
-  __m512 l3[2];
-  for (int h = 0; h < 2; ++h)
-    l3[h] = _mm512_max_ps(_mm512_shuffle_ps(l2[2 * h], l2[2 * h + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                          _mm512_shuffle_ps(l2[2 * h], l2[2 * h + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  // 2 -> 1: lane 4q + i block 4i + q
-  const __m512 r = _mm512_max_ps(_mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                 _mm512_shuffle_ps(l3[0], l3[1], _MM_SHUFFLE(3, 1, 3, 1)));
-  // lane b <- lane 4 (b % 4) + b / 4
-  return _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15), r);
+  return reduce16(m, [](__m512 a, __m512 b) { return _mm512_max_ps(a, b); });
 }
 
 /// 16 q8_0 blocks (512 values): q8_block's bytes, each block's d and its
@@ -254,12 +261,20 @@ inline void quantize_acts(const float* x, block_q8_K* y, std::size_t n) {
     const float iscale = -127.0f / vmax;
     const __m512 vs = _mm512_set1_ps(iscale);
     const __m512i lo = _mm512_set1_epi32(-127), hi = _mm512_set1_epi32(127);
+    __m512 qs[qk_k / 16];  // int32 lanes, as float bits for reduce16
     for (std::size_t g = 0; g < qk_k / 16; ++g) {
       __m512i q = _mm512_cvtps_epi32(_mm512_mul_ps(vs, _mm512_loadu_ps(xb + 16 * g)));  // lrintf: nearest-even
       q = _mm512_min_epi32(_mm512_max_epi32(q, lo), hi);
       _mm_storeu_si128(reinterpret_cast<__m128i*>(b.qs + 16 * g), _mm512_cvtepi32_epi8(q));
-      b.bsums[g] = static_cast<std::int16_t>(_mm512_reduce_add_epi32(q));
+      qs[g] = _mm512_castsi512_ps(q);
     }
+    // bsums[g] = the sum of group g's 16 codes (exact, |.| <= 2032): the 16
+    // sums together (detail::qa::reduce16), one narrowing store
+    static_assert(qk_k / 16 == 16);
+    const __m512 sums = detail::qa::reduce16(qs, [](__m512 u, __m512 v) {
+      return _mm512_castsi512_ps(_mm512_add_epi32(_mm512_castps_si512(u), _mm512_castps_si512(v)));
+    });
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(b.bsums), _mm512_cvtepi32_epi16(_mm512_castps_si512(sums)));
     b.d = 1.0f / iscale;
   }
 #elif defined(KESTREL_QUANTIZE_ACTS_AVX2)
