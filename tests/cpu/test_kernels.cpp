@@ -209,6 +209,25 @@ TEST_CASE("cpu: rope == ref::rope, both pairings, with and without scaling") {
       }
 }
 
+TEST_CASE("cpu: rope's vector path (8 pairs at a time) == its scalar loop, bit for bit") {
+  // Every pair takes rope_rotate_one's two FMAs either way; pairs one call
+  // each go through the scalar loop alone.
+  for (auto mode : {cpu::rope_mode::normal, cpu::rope_mode::neox})
+    for (std::size_t n_rot : {std::size_t{16}, std::size_t{34}, std::size_t{64}}) {
+      const std::size_t head_dim = n_rot + 6, n_heads = 3, n_pairs = n_rot / 2;
+      const cpu::rope_spec r{n_rot, 10000.0f, mode};
+      std::vector<float> cs(n_pairs), sn(n_pairs);
+      cpu::rope_angles(77, r, cs.data(), sn.data());
+      const auto x = random_floats(n_heads * head_dim, static_cast<std::uint32_t>(300 + n_rot));
+      auto a = x, b = x;
+      cpu::detail::rope_rotate_pairs(a.data(), n_heads, head_dim, 0, n_pairs, cs.data(), sn.data(), r);
+      for (std::size_t i = 0; i < n_pairs; ++i)
+        cpu::detail::rope_rotate_pairs(b.data(), n_heads, head_dim, i, i + 1, cs.data() + i, sn.data() + i, r);
+      CAPTURE(n_rot);
+      CHECK(a == b);
+    }
+}
+
 TEST_CASE("cpu: rope_rotate with rope_angles' table gives rope's bits") {
   // The model computes each position's angles once for all layers; the
   // rotation must not change by a bit.
