@@ -371,14 +371,18 @@ inline void attend_block(const basic_attend_block_args<T>& a, float* scratch) no
     }
   }
 
-  // Softmax over each row's own keys; every other entry becomes an exact 0,
-  // so the weighted sums below may run over a 4-row group's union of ranges.
+  // Softmax over each row's own keys; the other entries of its 4-row
+  // group's union of ranges (which the weighted sums below run over) become
+  // exact 0s. Entries outside that union are never read, so they are left
+  // as they are (zeroing whole rows was a memset of half of each row in a
+  // causal prefill).
   for (std::size_t r = 0; r < rows; ++r) {
     float* s = S + r * row_len;
+    const std::size_t g0 = r / RB * RB, g1 = std::min(rows, g0 + RB) - 1;  // the row's group
     const std::size_t lo = lo_of(r / group), hi = hi_of(r / group);
     softmax(s + lo, hi - lo);
-    std::fill(s, s + lo, 0.0f);
-    std::fill(s + hi, s + row_len, 0.0f);
+    std::fill(s + lo_of(g0 / group), s + lo, 0.0f);
+    std::fill(s + hi, s + hi_of(g1 / group), 0.0f);
   }
 
   // out_r = sum_t p_rt v_t: PV registers of the head per pass while they
