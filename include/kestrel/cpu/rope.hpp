@@ -11,9 +11,9 @@
 // stored as the rope_freqs.weight tensor in GGUF files).
 #pragma once
 
-#include <climits>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 
 #if defined(__AVX512F__)
 #include <immintrin.h>
@@ -65,8 +65,6 @@ inline void rope_angles(std::size_t pos, const rope_spec& r, float* cs, float* s
 
 namespace detail {
 
-/// Rotates pairs [p0, p1) of each of n_heads heads by the angles cs[i - p0],
-/// sn[i - p0].
 /// One pair's rotation, the formula every path runs: a' = fma(a, c, -(b s)),
 /// b' = fma(b, c, a s) (two roundings each), so a pair's bits do not depend
 /// on which path or chunk took it. (Without FMA hardware the plain
@@ -83,7 +81,8 @@ inline void rope_rotate_one(float& a, float& b, float c, float s) noexcept {
 #endif
 }
 
-/// Pairs [p0, p1) of every head rotated by angles cs / sn (index i - p0).
+/// Rotates pairs [p0, p1) of each of n_heads heads by the angles cs[i - p0],
+/// sn[i - p0].
 /// With AVX-512, 8 pairs at a time: the normal pairing's (2i, 2i + 1) as one
 /// register (the partner by an in-lane swap, -s / s interleaved), neox's
 /// (i, i + n_rot / 2) as two; per pair rope_rotate_one's operations, so the
