@@ -70,12 +70,11 @@ namespace detail {
 /// on which path or chunk took it. (Without FMA hardware the plain
 /// expressions, which the compiler may contract as it likes.)
 inline void rope_rotate_one(float& a, float& b, float c, float s) noexcept {
-#if defined(__FMA__)
   const float a0 = a;
+#if defined(__FMA__)
   a = std::fma(a0, c, -(b * s));
   b = std::fma(b, c, a0 * s);
 #else
-  const float a0 = a;
   a = a0 * c - b * s;
   b = a0 * s + b * c;
 #endif

@@ -54,6 +54,17 @@ inline __m512 round_away(__m512 v) noexcept {
   return _mm512_mask_add_ps(t, up, t, step);
 }
 
+/// A block's 32 codes roundf(x * id) into qs, and their sum (q8_1's s;
+/// dead code for q8_0).
+inline int q8_codes(__m512 x0, __m512 x1, float id, std::int8_t* qs) noexcept {
+  const __m512 vid = _mm512_set1_ps(id);
+  const __m512i q0 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(x0, vid)));  // integral already: exact
+  const __m512i q1 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(x1, vid)));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qs), _mm512_cvtepi32_epi8(q0));  // |q| <= 127: no truncation
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(qs + 16), _mm512_cvtepi32_epi8(q1));
+  return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+}
+
 /// One q8_0 / q8_1 block (32 values): the twin's quantize_q8_block.
 template <class Block>
 inline int q8_block(const float* x, Block& y, float& d) noexcept {
@@ -63,13 +74,8 @@ inline int q8_block(const float* x, Block& y, float& d) noexcept {
   const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
   d = detail::fdiv(amax, 127.0f);
   const float id = d != 0 ? detail::fdiv(1.0f, d) : 0.0f;
-  const __m512 vid = _mm512_set1_ps(id);
-  const __m512i q0 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(x0, vid)));  // integral already: exact
-  const __m512i q1 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(x1, vid)));
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(y.qs), _mm512_cvtepi32_epi8(q0));  // |q| <= 127: no truncation
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(y.qs + 16), _mm512_cvtepi32_epi8(q1));
   y.d = to_f16(d);
-  return _mm512_reduce_add_epi32(_mm512_add_epi32(q0, q1));
+  return q8_codes(x0, x1, id, y.qs);
 }
 
 /// Lane b = op over the 16 lanes of v[b], b < 16 (op associative and
@@ -122,12 +128,7 @@ inline void q8_0_blocks16(const float* x, block_q8_0* y) noexcept {
   _mm512_store_ps(ids, id);
   _mm256_store_si256(reinterpret_cast<__m256i*>(dh), _mm512_cvtps_ph(d, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
   for (int b = 0; b < 16; ++b) {
-    const __m512 vid = _mm512_set1_ps(ids[b]);
-    const float* xb = x + 32 * b;
-    const __m512i q0 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(_mm512_loadu_ps(xb), vid)));
-    const __m512i q1 = _mm512_cvttps_epi32(round_away(_mm512_mul_ps(_mm512_loadu_ps(xb + 16), vid)));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs), _mm512_cvtepi32_epi8(q0));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(y[b].qs + 16), _mm512_cvtepi32_epi8(q1));
+    q8_codes(_mm512_loadu_ps(x + 32 * b), _mm512_loadu_ps(x + 32 * b + 16), ids[b], y[b].qs);
     y[b].d.bits = dh[b];
   }
 }
