@@ -43,16 +43,24 @@ void check_amx(const std::vector<W>& w, const std::vector<q::activation_of_t<W>>
     am::pack_panel<W>(base + 16 * p * nb * sizeof(W), nb * sizeof(W), std::min<std::size_t>(16, rows - 16 * p), nb,
                       panels.data() + p * nb);
   for (std::size_t k = 0; k < n_tiles; ++k) am::pack_acts(a.data(), n_tokens, nb, k, acts.data() + k * nb);
-  std::vector<float> out(n_tokens * rows + 1, -7.0f);
+  // Outputs 64-byte aligned, as the model's buffers are, so that a call
+  // whose output reaches am::stream_output_bytes streams it
+  // (store_token_tiles); the vectors' spare 16 floats make room.
+  auto aligned = [](std::vector<float>& v) {
+    const auto skip = (64 - reinterpret_cast<std::uintptr_t>(v.data()) % 64) % 64 / sizeof(float);
+    return v.data() + skip;
+  };
+  std::vector<float> out_buf(n_tokens * rows + 1 + 16, -7.0f), all_buf(n_tokens * rows + 16, -7.0f);
+  float* const out = aligned(out_buf);
+  float* const all = aligned(all_buf);
   am::configure();
   for (std::size_t p = 0; p < n_panels; ++p)  // the tiles one call each, then all in one: the same bits
     for (std::size_t k = 0; k < n_tiles; ++k)
       am::panel_tiles<W>(panels.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), acts.data(), nb, k, k + 1,
-                         n_tokens, out.data() + 16 * p, rows);
-  std::vector<float> all(n_tokens * rows, -7.0f);
+                         n_tokens, out + 16 * p, rows);
   for (std::size_t p = 0; p < n_panels; ++p)
     am::panel_tiles<W>(panels.data() + p * nb, std::min<std::size_t>(16, rows - 16 * p), acts.data(), nb, 0, n_tiles,
-                       n_tokens, all.data() + 16 * p, rows);
+                       n_tokens, all + 16 * p, rows);
   am::release();
   std::size_t bad = 0, split = 0;
   for (std::size_t t = 0; t < n_tokens; ++t)
@@ -90,6 +98,20 @@ TEST_CASE_TEMPLATE("quant: AMX prefill tiles == ref::dot_fused bit for bit", W, 
     for (std::size_t n_tokens : {1, 9, 16, 17, 37})
       for (std::size_t n : {32, 96, 1024})
         check_random<W>(rows, n_tokens, n, static_cast<std::uint32_t>(rows * 1000 + n_tokens * 10 + n));
+}
+
+// An output of at least am::stream_output_bytes goes by non-temporal
+// stores (whole panels of a row stride of whole cache lines):
+// the same bits, every token written, the tail tile too.
+TEST_CASE_TEMPLATE("quant: AMX prefill tiles, a large output streamed past the caches == ref::dot_fused", W,
+                   AMX_TYPES) {
+  if (!q::amx_enabled()) {
+    MESSAGE("skipped: this CPU or kernel gives no AMX-INT8 tiles (or KESTREL_AMX=0)");
+    return;
+  }
+  const std::size_t rows = 4096, n_tokens = 67;  // out_stride a whole number of panels, as streaming needs
+  REQUIRE(n_tokens * rows * sizeof(float) >= q::detail::amx::stream_output_bytes);
+  check_random<W>(rows, n_tokens, 64, 4242);
 }
 
 // The largest block sums (quant/legacy_extremes.hpp): every weight value at
