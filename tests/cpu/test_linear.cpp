@@ -810,3 +810,44 @@ TEST_CASE("cpu: matmul_shared == one matmul per matrix, bit for bit (x quantized
   check({&d.view, &e.view});           // k-quants: one q8_K quantization
   check({&a.view, &d.view});           // different activation blocks: each quantizes its own
 }
+
+TEST_CASE("cpu: matmul_swiglu == matmul_shared of gate and up, then swiglu, bit for bit (fused where built, else the fallback)") {
+  cpu::thread_pool pool(2);
+  // h 64-byte aligned, as the model's buffers are: a large enough call
+  // streams its outputs (quant/amx.hpp), and the check covers that too.
+  auto check = [&](const kestrel::weight_view& g, const kestrel::weight_view& u, std::size_t n_tokens,
+                   std::uint32_t seed) {
+    const std::size_t rows = g.rows, n = n_tokens * rows;
+    const auto x = random_floats(n_tokens * g.cols, seed);
+    std::vector<float> want(n, -1.0f), up(n, -1.0f), h_buf(n + 1 + 16, -7.0f), scratch(n, -5.0f);
+    float* const h = h_buf.data() + (64 - reinterpret_cast<std::uintptr_t>(h_buf.data()) % 64) % 64 / sizeof(float);
+    const cpu::matvec_job jobs[2] = {{&g, want.data()}, {&u, up.data()}};
+    cpu::matmul_shared(jobs, x.data(), n_tokens, &pool);
+    cpu::swiglu(want.data(), want.data(), up.data(), n);
+    cpu::matmul_swiglu(g, u, x.data(), n_tokens, h, scratch.data(), &pool);
+    CAPTURE(name_of(g.type));
+    CAPTURE(name_of(u.type));
+    CAPTURE(rows);
+    CAPTURE(n_tokens);
+    CHECK(std::memcmp(h, want.data(), n * sizeof(float)) == 0);
+    CHECK(h[n] == -7.0f);  // nothing written past h
+  };
+  auto legacy_pair = [&]<class B>(dtype t, std::size_t rows, std::size_t cols, std::uint32_t seed,
+                                  std::initializer_list<std::size_t> tokens) {
+    legacy_weight<B> g(t, rows, cols, seed), u(t, rows, cols, seed + 1);
+    for (std::size_t n_tokens : tokens) check(g.view, u.view, n_tokens, seed + 2 + static_cast<std::uint32_t>(n_tokens));
+  };
+  // rows: two panels and a part; tokens: one, one past a token group, tiles with a tail
+  legacy_pair.operator()<q::block_q4_0>(dtype::q4_0, 40, 256, 100, {1, 9, 37});
+  legacy_pair.operator()<q::block_q4_1>(dtype::q4_1, 40, 96, 110, {9, 37});
+  legacy_pair.operator()<q::block_q5_0>(dtype::q5_0, 33, 256, 120, {37});
+  legacy_pair.operator()<q::block_q5_1>(dtype::q5_1, 17, 64, 130, {37});
+  legacy_pair.operator()<q::block_q8_0>(dtype::q8_0, 48, 256, 140, {2, 37});
+  legacy_pair.operator()<q::block_q4_0>(dtype::q4_0, 2048, 64, 150, {150});  // 1.2 MB of h: streamed
+  // No fusion: k-quants, and gate and up of different types
+  kquant_weight<q::block_q4_K> kg(dtype::q4_k, 32, 512, 160), ku(dtype::q4_k, 32, 512, 161);
+  check(kg.view, ku.view, 37, 162);
+  legacy_weight<q::block_q8_0> mg(dtype::q8_0, 32, 256, 170);
+  legacy_weight<q::block_q4_0> mu(dtype::q4_0, 32, 256, 171);
+  check(mg.view, mu.view, 37, 172);
+}

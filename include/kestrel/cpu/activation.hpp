@@ -8,17 +8,20 @@
 
 namespace kestrel::cpu {
 
+/// silu(g) * u lane by lane, silu(g) = g / (1 + exp(-g)): swiglu's step,
+/// and that of prefill's fused gate and up products (matmul_swiglu), so
+/// both give the same bits.
+inline simd::fbatch swiglu_batch(const simd::fbatch& g, const simd::fbatch& u) noexcept {
+  return g / (simd::fbatch(1.0f) + cpu::exp(-g)) * u;
+}
+
 /// out = silu(gate) * up with silu(g) = g / (1 + exp(-g)). gate, up, out: (n);
 /// out may alias gate (or up): each element is read before it is written.
 inline void swiglu(float* out, const float* gate, const float* up, std::size_t n) noexcept {
   constexpr std::size_t W = simd::width;
-  const simd::fbatch one(1.0f);
   std::size_t i = 0;
-  for (; i + W <= n; i += W) {
-    const auto g = simd::fbatch::load_unaligned(gate + i);
-    const auto u = simd::fbatch::load_unaligned(up + i);
-    (g / (one + cpu::exp(-g)) * u).store_unaligned(out + i);
-  }
+  for (; i + W <= n; i += W)
+    swiglu_batch(simd::fbatch::load_unaligned(gate + i), simd::fbatch::load_unaligned(up + i)).store_unaligned(out + i);
   for (; i < n; ++i) {
     // Same vector exp for the tail, so every element has the same bound.
     const float e = cpu::exp(simd::fbatch(-gate[i])).get(0);

@@ -337,4 +337,24 @@ inline void matmul_shared(std::span<const matvec_job> jobs, const float* x, std:
   }
 }
 
+/// h = silu(X gate^T) * (X up^T): prefill's SwiGLU products, h and
+/// up_scratch (n_tokens, gate.rows). Where both matrices take the legacy
+/// types' AMX kernel (detail::quantized_swiglu), each token tile's two
+/// products meet in registers and only h is written; elsewhere
+/// matmul_shared into h and up_scratch, then swiglu. The same bits either
+/// way. Measured (110M q4_0, prefill of 512 tokens): the separate swiglu
+/// pass, reading both products back from memory, was 8% of the prefill's
+/// time (bench/README.md, "SwiGLU in the AMX kernel's epilogue").
+inline void matmul_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
+                          float* h, float* up_scratch, thread_pool* pool) {
+  bool fuse = n_tokens > 1 && is_quantized(gate.type);
+#if defined(KESTREL_DEQUANT_GEMM)
+  fuse = fuse && !detail::takes_dequant_gemm(gate, n_tokens) && !detail::takes_dequant_gemm(up, n_tokens);
+#endif
+  if (fuse && detail::quantized_swiglu(gate, up, x, n_tokens, h, pool)) return;
+  const matvec_job jobs[2] = {{&gate, h}, {&up, up_scratch}};
+  matmul_shared(jobs, x, n_tokens, pool);
+  swiglu(h, h, up_scratch, n_tokens * gate.rows);
+}
+
 }  // namespace kestrel::cpu

@@ -51,6 +51,7 @@
 
 #include "kestrel/core/error.hpp"
 #include "kestrel/core/tensor.hpp"
+#include "kestrel/cpu/activation.hpp"
 #include "kestrel/cpu/prefetch.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/kquant_amx.hpp"
@@ -165,10 +166,13 @@ inline void packed_panel_tiles(std::size_t n_panels, std::size_t nb, std::size_t
 /// them), then packed_panel_tiles over n_panels panels packed as Packed
 /// blocks (pack_panel(p, dst)), each thread with the tiles configured for
 /// its share (tiles_on()), run(src, p, acts, k0, k1) taking panel p against
-/// token tiles [k0, k1). work: multiply-adds of the call.
+/// token tiles [k0, k1). work: multiply-adds of the call. panel_blocks:
+/// Packed blocks per packed panel, nb unless a panel packs several
+/// matrices' rows (0: nb).
 template <class Act, class Packed, class PackTokens, class PackPanel, class Run, class TilesOn>
 inline void amx_prefill(std::size_t n_panels, std::size_t nb, std::size_t n_tokens, std::size_t work, thread_pool* pool,
-                        PackTokens&& pack_tokens, PackPanel&& pack_panel, Run&& run, TilesOn&& tiles_on) {
+                        PackTokens&& pack_tokens, PackPanel&& pack_panel, Run&& run, TilesOn&& tiles_on,
+                        std::size_t panel_blocks = 0) {
   namespace am = quant::detail::amx;
   const std::size_t n_tiles = (n_tokens + am::token_tile - 1) / am::token_tile;
   thread_local std::vector<Act> acts;  // (n_tiles, nb); grown, never shrunk
@@ -178,7 +182,8 @@ inline void amx_prefill(std::size_t n_panels, std::size_t nb, std::size_t n_toke
     for (std::size_t k = k0; k < k1; ++k) pack_tokens(k, x + k * nb);
   }, work / (16 * n_panels));  // about the tokens' values: one operation each
   packed_panel_tiles<Packed>(
-      n_panels, nb, sizeof(Act) / am::token_tile, am::token_tile, n_tokens, work, pool, pack_panel,
+      n_panels, panel_blocks ? panel_blocks : nb, sizeof(Act) / am::token_tile, am::token_tile, n_tokens, work, pool,
+      pack_panel,
       [&](const Packed* src, std::size_t p, std::size_t t0, std::size_t nt) {
         run(src, p, static_cast<const Act*>(x), t0 / am::token_tile, (t0 + nt + am::token_tile - 1) / am::token_tile);
       },
@@ -206,6 +211,35 @@ inline void legacy_panels_amx(const std::byte* base, std::size_t row_bytes, std:
         am::panel_tiles<B>(src, panel_rows(p), x, nb, k0, k1, n_tokens, y + p * am::panel_rows, rows);
       },
       [] { return am::tiles_on(32, 8); });
+}
+
+/// h = silu(X gate^T) * (X up^T) (n_tokens, rows) for two matrices of the
+/// same legacy type and shape on AMX tiles: a panel packs gate's 16 rows
+/// then up's, and each token tile's two results meet in registers
+/// (amx::panel_tiles_pair), so neither product is written out and read
+/// back. Every output equals legacy_panels_amx of each matrix and then
+/// swiglu, bit for bit.
+template <class B, class A>
+inline void legacy_swiglu_amx(const std::byte* gate, const std::byte* up, std::size_t row_bytes, std::size_t rows,
+                              const A* a, std::size_t nb, std::size_t n_tokens, float* h, thread_pool* pool) {
+  namespace am = quant::detail::amx;
+  const std::size_t n_panels = (rows + am::panel_rows - 1) / am::panel_rows;
+  auto panel_rows = [&](std::size_t p) { return std::min(am::panel_rows, rows - p * am::panel_rows); };
+  amx_prefill<am::act_block, am::amx_block>(
+      n_panels, nb, n_tokens, 2 * n_tokens * rows * nb * 32, pool,
+      [&](std::size_t k, am::act_block* dst) { am::pack_acts(a, n_tokens, nb, k, dst); },
+      [&](std::size_t p, am::amx_block* dst) {
+        const std::size_t at = p * am::panel_rows * row_bytes;
+        am::pack_panel<B>(gate + at, row_bytes, panel_rows(p), nb, dst);
+        am::pack_panel<B>(up + at, row_bytes, panel_rows(p), nb, dst + nb);
+      },
+      [&](const am::amx_block* src, std::size_t p, const am::act_block* x, std::size_t k0, std::size_t k1) {
+        am::panel_tiles_pair<B>(src, src + nb, panel_rows(p), x, nb, k0, k1, n_tokens, h + p * am::panel_rows, rows,
+                                [](__m512 g, __m512 u) {
+                                  return static_cast<__m512>(swiglu_batch(simd::fbatch(g), simd::fbatch(u)));
+                                });
+      },
+      [] { return am::tiles_on(32, 8); }, 2 * nb);
 }
 #endif
 
@@ -778,6 +812,41 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
       }
     }, n_tokens * w.rows * cols);
   });
+}
+
+/// h = silu(X gate^T) * (X up^T) in one pass where gate and up are the same
+/// row-major legacy type and shape and their products would take the AMX
+/// kernel (legacy_swiglu_amx); false, with nothing written, elsewhere (the
+/// caller then multiplies each and applies swiglu). acts: null, or x
+/// already quantized by quantize_for(gate, x, n_tokens). The same bits as
+/// quantized_linear of each and swiglu.
+inline bool quantized_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
+                             float* h, thread_pool* pool, const void* acts = nullptr) {
+#if defined(KESTREL_LEGACY_AMX)
+  if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols || panel_rows(gate.type) > 1) return false;
+  if (gate.cols == 0 || gate.cols % block_size(gate.type) != 0) return false;
+  // Exactly where quantized_linear would take the AMX kernel for each.
+  if (n_tokens <= quant::detail::lp::token_group || !quant::amx_enabled()) return false;
+#if defined(KESTREL_LEGACY_DECODE) || defined(KESTREL_LEGACY_DECODE_AVX2)
+  if (n_tokens <= quant::decode_max_tokens) return false;
+#endif
+  return visit_quantized(gate, [&](const auto* blocks) {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
+    using A = typename activation_block<B>::type;
+    if constexpr (std::is_same_v<A, quant::block_q8_K>) {
+      return false;
+    } else {
+      const std::size_t nb = gate.cols / 32;
+      const A* a = acts ? static_cast<const A*>(acts) : quantize_activations<A>(x, n_tokens, gate.cols, pool, false);
+      legacy_swiglu_amx<B>(static_cast<const std::byte*>(gate.data), static_cast<const std::byte*>(up.data),
+                           gate.row_bytes(), gate.rows, a, nb, n_tokens, h, pool);
+      return true;
+    }
+  });
+#else
+  (void)gate, (void)up, (void)x, (void)n_tokens, (void)h, (void)pool, (void)acts;
+  return false;
+#endif
 }
 
 inline void quantized_row_to_f32(const weight_view& w, std::size_t row, float* out) {

@@ -93,6 +93,9 @@ class cpu_backend {
   void matmul(const weight_view& w, const float* x, std::size_t n, float* y);
   /// Optional (model/concepts.hpp): several products of the same n rows of x, x quantized once.
   void matmul_shared(std::span<const cpu::matvec_job> jobs, const float* x, std::size_t n);
+  /// Optional (model/concepts.hpp): h = silu(X gate^T) * (X up^T), X (n, cols); up_scratch: (n, gate.rows).
+  void matmul_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n, float* h,
+                     float* up_scratch);
   /// Optional (model/concepts.hpp): several products of one x in one parallel region.
   void matvec_fused(std::span<const cpu::matvec_job> jobs, const float* x);
   /// Optional: h = silu(gate x) * (up x) in one parallel region; up_scratch: (gate.rows).
@@ -222,6 +225,10 @@ KESTREL_CPU_BACKEND_FN matmul(const weight_view& w, const float* x, std::size_t 
 }
 KESTREL_CPU_BACKEND_FN matmul_shared(std::span<const cpu::matvec_job> jobs, const float* x, std::size_t n) {
   cpu::matmul_shared(jobs, x, n, pool_.get());
+}
+KESTREL_CPU_BACKEND_FN matmul_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n,
+                                     float* h, float* up_scratch) {
+  cpu::matmul_swiglu(gate, up, x, n, h, up_scratch, pool_.get());
 }
 KESTREL_CPU_BACKEND_FN matvec_fused(std::span<const cpu::matvec_job> jobs, const float* x) {
   cpu::matvec_fused(jobs, x, pool_.get());

@@ -26,6 +26,9 @@
 // Prefill's products of one X (q, k, v; gate, up), bit-identical to one
 // matmul per matrix; the backend may quantize X once (fallback: matmul each):
 //   b.matmul_shared(jobs, x, n)          Y_j = X W_j^T for cpu::matvec_job {&w, y}, X (n, cols)
+// and SwiGLU's two products with silu applied as they are made, bit-identical
+// to matmul_shared of gate and up then b.swiglu (the fallback):
+//   b.matmul_swiglu(gate, up, x, n, h, s) h = silu(X gate^T) * (X up^T); s: (n, rows) scratch
 // Attention of a block of consecutive queries x the query heads of one KV
 // head (prefill; decode with grouped-query attention, one query), each row
 // within attend()'s tolerance of attend of that query (fallback: attend

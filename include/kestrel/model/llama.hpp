@@ -151,6 +151,13 @@ class llama_model {
     b.matmul_shared(jobs, x, std::size_t{1});
   };
 
+  /// Whether the backend offers prefill's SwiGLU products with silu applied
+  /// as they are made (model/concepts.hpp); without it, matmul_shared (or
+  /// matmul each) and then swiglu.
+  static constexpr bool fuses_swiglu_matmuls = requires(B& b, const weight_view& w, const float* x, float* y) {
+    b.matmul_swiglu(w, w, x, std::size_t{1}, y, y);
+  };
+
   void check_tokens(std::span<const token_id> tokens) const {
     for (token_id t : tokens)
       if (t < 0 || static_cast<std::size_t>(t) >= n_vocab())
@@ -412,6 +419,14 @@ class llama_model {
       }
     }
     if (hp_.ffn == ffn_type::swiglu) {
+      if constexpr (P == phase::prefill && fuses_swiglu_matmuls) {
+        if (!L.ffn_up_b) {
+          backend_.matmul_swiglu(L.ffn_gate, L.ffn_up, XB, n, H, H2);
+          linear<P>(L.ffn_down, L.ffn_down_b, H, n, XB);
+          residual(X, XB, n);
+          return;
+        }
+      }
       if constexpr (P == phase::prefill && shares_matmuls) {
         const cpu::matvec_job jobs[2] = {{&L.ffn_gate, H}, {&L.ffn_up, H2}};
         backend_.matmul_shared(jobs, XB, n);
