@@ -844,9 +844,23 @@ TEST_CASE("cpu: matmul_swiglu == matmul_shared of gate and up, then swiglu, bit 
   legacy_pair.operator()<q::block_q5_1>(dtype::q5_1, 17, 64, 130, {37});
   legacy_pair.operator()<q::block_q8_0>(dtype::q8_0, 48, 256, 140, {2, 37});
   legacy_pair.operator()<q::block_q4_0>(dtype::q4_0, 2048, 64, 150, {150});  // 1.2 MB of h: streamed
-  // No fusion: k-quants, and gate and up of different types
-  kquant_weight<q::block_q4_K> kg(dtype::q4_k, 32, 512, 160), ku(dtype::q4_k, 32, 512, 161);
-  check(kg.view, ku.view, 37, 162);
+  // k-quants: q2_K, q4_K and q5_K on tiles, row-major and interleaved by 16
+  // rows; q6_K (VNNI panels) falls back
+  auto kquant_pair = [&]<class B>(dtype t, std::size_t rows, std::uint32_t seed) {
+    kquant_weight<B> g(t, rows, 512, seed), u(t, rows, 512, seed + 1);
+    for (std::size_t n_tokens : {15, 16, 37}) check(g.view, u.view, n_tokens, seed + 2 + static_cast<std::uint32_t>(n_tokens));
+  };
+  kquant_pair.operator()<q::block_q4_K>(dtype::q4_k, 40, 160);
+  kquant_pair.operator()<q::block_q5_K>(dtype::q5_k, 17, 163);
+  kquant_pair.operator()<q::block_q2_K>(dtype::q2_k, 33, 166);
+  kquant_pair.operator()<q::block_q6_K>(dtype::q6_k, 32, 169);
+  {
+    kquant_weight<q::block_q4_K> g(dtype::q4_k, 40, 512, 180), u(dtype::q4_k, 40, 512, 181);
+    x16_weight<q::block_q4_K_x16> gx(g, dtype::q4_k_x16), ux(u, dtype::q4_k_x16);
+    check(gx.view, ux.view, 37, 182);
+    check(gx.view, ux.view, 3, 183);
+  }
+  // No fusion: gate and up of different types
   legacy_weight<q::block_q8_0> mg(dtype::q8_0, 32, 256, 170);
   legacy_weight<q::block_q4_0> mu(dtype::q4_0, 32, 256, 171);
   check(mg.view, mu.view, 37, 172);

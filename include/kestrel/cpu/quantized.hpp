@@ -390,6 +390,38 @@ inline void kquant_tiles(std::size_t rows, const quant::block_q8_K* a, std::size
       },
       [] { return am::tiles_on(am::k_tile_bytes, am::k_tile_rows); });
 }
+
+/// h = silu(X gate^T) * (X up^T) for two matrices of the same k-quant type
+/// and shape on AMX tiles (legacy_swiglu_amx's k-quant twin): a panel packs
+/// gate's 16 rows (pack_gate(p, blocks)) then up's (pack_up), and each token
+/// tile's two results meet in registers (amx::kpanel_tiles_pair). Every
+/// output equals kquant_tiles of each matrix and then swiglu, bit for bit.
+template <class B, class PackGate, class PackUp>
+inline void kquant_swiglu_tiles(std::size_t rows, const quant::block_q8_K* a, std::size_t nb, std::size_t n_tokens,
+                                float* h, thread_pool* pool, PackGate&& pack_gate, PackUp&& pack_up) {
+  namespace am = quant::detail::amx;
+  namespace kp = quant::detail::kp;
+  const std::size_t n_panels = (rows + kp::panel_rows - 1) / kp::panel_rows;
+  auto panel_rows = [&](std::size_t p) { return std::min(kp::panel_rows, rows - p * kp::panel_rows); };
+  amx_prefill<am::kact_block, am::kamx_block>(
+      n_panels, nb, n_tokens, 2 * n_tokens * rows * nb * quant::qk_k, pool,
+      [&](std::size_t k, am::kact_block* dst) { am::pack_kacts<B>(a, n_tokens, nb, k, dst); },
+      [&](std::size_t p, am::kamx_block* dst) {
+        thread_local std::vector<kp::kpanel_block> blocks;  // (nb); grown, never shrunk
+        if (blocks.size() < nb) blocks.resize(nb);
+        pack_gate(p, blocks.data());
+        for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(blocks[b], dst[b]);
+        pack_up(p, blocks.data());
+        for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(blocks[b], dst[nb + b]);
+      },
+      [&](const am::kamx_block* src, std::size_t p, const am::kact_block* x, std::size_t k0, std::size_t k1) {
+        am::kpanel_tiles_pair<B>(src, src + nb, panel_rows(p), x, nb, k0, k1, n_tokens, h + p * kp::panel_rows, rows,
+                                 [](__m512 g, __m512 u) {
+                                   return static_cast<__m512>(swiglu_batch(simd::fbatch(g), simd::fbatch(u)));
+                                 });
+      },
+      [] { return am::tiles_on(am::k_tile_bytes, am::k_tile_rows); }, 2 * nb);
+}
 #endif
 
 #if defined(KESTREL_KQUANT_PANEL)
@@ -814,19 +846,12 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
   });
 }
 
-/// h = silu(X gate^T) * (X up^T) in one pass where gate and up are the same
-/// row-major legacy type and shape and their products would take the AMX
-/// kernel (legacy_swiglu_amx); false, with nothing written, elsewhere (the
-/// caller then multiplies each and applies swiglu). acts: null, or x
-/// already quantized by quantize_for(gate, x, n_tokens). The same bits as
-/// quantized_linear of each and swiglu.
-inline bool quantized_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
-                             float* h, thread_pool* pool, const void* acts = nullptr) {
 #if defined(KESTREL_LEGACY_AMX)
-  if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols || panel_rows(gate.type) > 1) return false;
-  if (gate.cols == 0 || gate.cols % block_size(gate.type) != 0) return false;
-  // Exactly where quantized_linear would take the AMX kernel for each.
-  if (n_tokens <= quant::detail::lp::token_group || !quant::amx_enabled()) return false;
+/// quantized_swiglu for the row-major legacy types: legacy_swiglu_amx
+/// exactly where quantized_linear would take the AMX kernel for each.
+inline bool legacy_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
+                          float* h, thread_pool* pool, const void* acts) {
+  if (panel_rows(gate.type) > 1 || n_tokens <= quant::detail::lp::token_group) return false;
 #if defined(KESTREL_LEGACY_DECODE) || defined(KESTREL_LEGACY_DECODE_AVX2)
   if (n_tokens <= quant::decode_max_tokens) return false;
 #endif
@@ -843,10 +868,90 @@ inline bool quantized_swiglu(const weight_view& gate, const weight_view& up, con
       return true;
     }
   });
+}
+#endif
+
+#if defined(KESTREL_KQUANT_AMX)
+/// quantized_swiglu for the k-quants on tiles (q2_K, q4_K, q5_K), row-major
+/// or interleaved by 16 rows: kquant_swiglu_tiles exactly where
+/// quantized_linear (kquant_panels) or x16_linear would take kquant_tiles
+/// for each, the panels packed as those pack them.
+inline bool kquant_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
+                          float* h, thread_pool* pool, const void* acts) {
+  namespace kp = quant::detail::kp;
+  const std::size_t rows = gate.rows, nb = gate.cols / quant::qk_k;
+  auto run = [&]<class B>(std::type_identity<B>, auto&& pack_gate, auto&& pack_up) -> bool {
+    if constexpr (!quant::kquant_on_tiles<B>) {
+      return false;
+    } else {
+      if (n_tokens < quant::kpanel_min_tokens<B>) return false;
+      const auto* a = acts ? static_cast<const quant::block_q8_K*>(acts)
+                           : quantize_activations<quant::block_q8_K>(x, n_tokens, gate.cols, pool, false);
+      kquant_swiglu_tiles<B>(rows, a, nb, n_tokens, h, pool, pack_gate, pack_up);
+      return true;
+    }
+  };
+  if (panel_rows(gate.type) > 1) {
+#if defined(KESTREL_KQUANT_X16)
+    return visit_x16(gate, [&](const auto* gp) -> bool {
+      using X = std::remove_cv_t<std::remove_pointer_t<decltype(gp)>>;
+      if constexpr (quant::legacy_x16_block<X> || !quant::x16_kernel<X>) {
+        return false;
+      } else {
+        const X* up_p = static_cast<const X*>(up.data);
+        return run(
+            std::type_identity<typename quant::x16_source<X>::type>{},
+            [&](std::size_t p, kp::kpanel_block* dst) { quant::detail::x16::pack_kpanel(gp + p * nb, nb, dst); },
+            [&](std::size_t p, kp::kpanel_block* dst) { quant::detail::x16::pack_kpanel(up_p + p * nb, nb, dst); });
+      }
+    });
 #else
-  (void)gate, (void)up, (void)x, (void)n_tokens, (void)h, (void)pool, (void)acts;
+    return false;
+#endif
+  }
+#if defined(KESTREL_KQUANT_PANEL)
+  return visit_quantized(gate, [&](const auto* blocks) -> bool {
+    using B = std::remove_cv_t<std::remove_pointer_t<decltype(blocks)>>;
+    if constexpr (!std::is_same_v<typename activation_block<B>::type, quant::block_q8_K>) {
+      return false;
+    } else {
+      const std::size_t row_bytes = gate.row_bytes();
+      auto packer = [&](const void* data) {
+        return [&, base = static_cast<const std::byte*>(data)](std::size_t p, kp::kpanel_block* dst) {
+          kp::pack_kpanel<B>(base + p * kp::panel_rows * row_bytes, row_bytes,
+                             std::min(kp::panel_rows, rows - p * kp::panel_rows), nb, dst);
+        };
+      };
+      return run(std::type_identity<B>{}, packer(gate.data), packer(up.data));
+    }
+  });
+#else
   return false;
 #endif
+}
+#endif
+
+/// h = silu(X gate^T) * (X up^T) in one pass where gate and up are the same
+/// quantized type and shape and their products would take an AMX kernel
+/// (legacy_swiglu, kquant_swiglu); false, with nothing written, elsewhere
+/// (the caller then multiplies each and applies swiglu). acts: null, or x
+/// already quantized by quantize_for(gate, x, n_tokens). The same bits as
+/// quantized_linear of each and swiglu.
+inline bool quantized_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
+                             float* h, thread_pool* pool, const void* acts = nullptr) {
+  if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols) return false;
+  if (gate.cols == 0 || gate.cols % block_size(gate.type) != 0) return false;
+#if defined(KESTREL_AMX)
+  if (!quant::amx_enabled()) return false;
+#if defined(KESTREL_KQUANT_AMX)
+  if (kquant_swiglu(gate, up, x, n_tokens, h, pool, acts)) return true;
+#endif
+#if defined(KESTREL_LEGACY_AMX)
+  if (legacy_swiglu(gate, up, x, n_tokens, h, pool, acts)) return true;
+#endif
+#endif
+  (void)x, (void)n_tokens, (void)h, (void)pool, (void)acts;
+  return false;
 }
 
 inline void quantized_row_to_f32(const weight_view& w, std::size_t row, float* out) {
