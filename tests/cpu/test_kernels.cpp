@@ -445,11 +445,15 @@ TEST_CASE("cpu: attention over an f16 cache == over its values as f32, bit for b
   // query-head scores for nq = 1 and group <= 8, the tiles otherwise) give
   // the same bits from the f16 rows as from their f32 values. head_dim 67
   // exercises the partial loads.
+  // n_past 300: several key tiles and a long value pass; window 100: rows
+  // whose ranges start at different keys.
   const float nan = std::numeric_limits<float>::quiet_NaN();
   for (std::size_t head_dim : {8, 64, 67})
     for (std::size_t group : {1, 3, 8})
-      for (std::size_t nq : {1, 5})
-        for (std::size_t n_past : {0, 37}) {
+      for (std::size_t nq : {1, 5, 19})
+        for (std::size_t n_past : {0, 37, 300})
+          for (std::size_t window : {0, 100}) {
+          if (window && n_past < 300) continue;
           const std::size_t kv_stride = head_dim + 4, n_pos = n_past + nq;
           const auto seed = static_cast<std::uint32_t>((head_dim * 11 + group) * 13 + nq * 7 + n_past);
           const auto q = random_floats(nq * group * head_dim, seed, -3.0f, 3.0f);
@@ -463,7 +467,8 @@ TEST_CASE("cpu: attention over an f16 cache == over its values as f32, bit for b
             k[i] = kestrel::to_f32(k16[i]);
             v[i] = kestrel::to_f32(v16[i]);
           }
-          INFO("head_dim " << head_dim << " group " << group << " nq " << nq << " n_past " << n_past);
+          INFO("head_dim " << head_dim << " group " << group << " nq " << nq << " n_past " << n_past << " window "
+                           << window);
           const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
           // attend and its twin, one head over all n_pos positions.
           std::vector<float> a16(head_dim), a32(head_dim), p16(n_pos), p32(n_pos);
@@ -490,10 +495,12 @@ TEST_CASE("cpu: attention over an f16 cache == over its values as f32, bit for b
           b16.group = group;
           b16.head_dim = head_dim;
           b16.pos0 = n_past;
+          b16.window = window;
           b16.scale = scale;
           cpu::attend_block_args b32;
           b32.q = b16.q, b32.q_stride = b16.q_stride, b32.k = k.data(), b32.v = v.data(), b32.kv_stride = kv_stride;
           b32.out_stride = b16.out_stride, b32.nq = nq, b32.group = group, b32.head_dim = head_dim, b32.pos0 = n_past;
+          b32.window = window;
           b32.scale = scale;
           std::vector<float> o16(nq * group * head_dim, nan), o32(o16.size(), nan);
           std::vector<float> s16(cpu::attend_block_scratch_size(b16), nan), s32(cpu::attend_block_scratch_size(b32), nan);
