@@ -213,15 +213,16 @@ inline void legacy_panels_amx(const std::byte* base, std::size_t row_bytes, std:
       [] { return am::tiles_on(32, 8); });
 }
 
-/// h = silu(X gate^T) * (X up^T) (n_tokens, rows) for two matrices of the
+/// h = combine(X gate^T, X up^T) (n_tokens, rows) for two matrices of the
 /// same legacy type and shape on AMX tiles: a panel packs gate's 16 rows
 /// then up's, and each token tile's two results meet in registers
 /// (amx::panel_tiles_pair), so neither product is written out and read
-/// back. Every output equals legacy_panels_amx of each matrix and then
-/// swiglu, bit for bit.
-template <class B, class A>
+/// back. With swiglu_batch as combine, every output equals
+/// legacy_panels_amx of each matrix and then swiglu, bit for bit.
+template <class B, class A, class Combine>
 inline void legacy_swiglu_amx(const std::byte* gate, const std::byte* up, std::size_t row_bytes, std::size_t rows,
-                              const A* a, std::size_t nb, std::size_t n_tokens, float* h, thread_pool* pool) {
+                              const A* a, std::size_t nb, std::size_t n_tokens, float* h, thread_pool* pool,
+                              Combine&& combine) {
   namespace am = quant::detail::amx;
   const std::size_t n_panels = (rows + am::panel_rows - 1) / am::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(am::panel_rows, rows - p * am::panel_rows); };
@@ -235,9 +236,7 @@ inline void legacy_swiglu_amx(const std::byte* gate, const std::byte* up, std::s
       },
       [&](const am::amx_block* src, std::size_t p, const am::act_block* x, std::size_t k0, std::size_t k1) {
         am::panel_tiles_pair<B>(src, src + nb, panel_rows(p), x, nb, k0, k1, n_tokens, h + p * am::panel_rows, rows,
-                                [](__m512 g, __m512 u) {
-                                  return static_cast<__m512>(swiglu_batch(simd::fbatch(g), simd::fbatch(u)));
-                                });
+                                combine);
       },
       [] { return am::tiles_on(32, 8); }, 2 * nb);
 }
@@ -290,6 +289,43 @@ inline void legacy_panels(const std::byte* base, std::size_t row_bytes, std::siz
       [&](const lp::panel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
         lp::panel_packed<B>(src, panel_rows(p), a + t0 * nb, ax + t0 * nb, nb, nt, y + t0 * rows + p * lp::panel_rows,
                             rows);
+      });
+}
+
+/// h = silu(X gate^T) * (X up^T) (n_tokens > lp::token_group, rows x nb
+/// blocks each): on AMX tiles where usable (legacy_swiglu_amx), else
+/// legacy_panels' packed walk with a panel packing gate's 16 rows then up's
+/// and each token group's two results combined in registers
+/// (lp::panel_packed_pair). The same bits as legacy_panels of each, then
+/// swiglu.
+template <class B, class A>
+inline void legacy_swiglu_panels(const std::byte* gate, const std::byte* up, std::size_t row_bytes, std::size_t rows,
+                                 const A* a, std::size_t nb, std::size_t n_tokens, float* h, thread_pool* pool) {
+  namespace lp = quant::detail::lp;
+  auto combine = [](__m512 g, __m512 u) { return static_cast<__m512>(swiglu_batch(simd::fbatch(g), simd::fbatch(u))); };
+#if defined(KESTREL_LEGACY_AMX)
+  if (quant::amx_enabled()) return legacy_swiglu_amx<B>(gate, up, row_bytes, rows, a, nb, n_tokens, h, pool, combine);
+#endif
+  thread_local std::vector<quant::token_aux> aux;  // (n_tokens, nb); grown, never shrunk
+  if (aux.size() < n_tokens * nb) aux.resize(n_tokens * nb);
+  quant::token_aux* const aux_out = aux.data();
+  parallel_for(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t t = t0; t < t1; ++t) quant::make_token_aux<B>(a + t * nb, aux_out + t * nb, nb);
+  }, 2 * n_tokens * nb * 32);
+  const quant::token_aux* ax = aux.data();
+  const std::size_t n_panels = (rows + lp::panel_rows - 1) / lp::panel_rows;
+  auto panel_rows = [&](std::size_t p) { return std::min(lp::panel_rows, rows - p * lp::panel_rows); };
+  packed_panel_tiles<lp::panel_block>(
+      n_panels, 2 * nb, sizeof(A) + sizeof(quant::token_aux), lp::token_group, n_tokens, 2 * n_tokens * rows * nb * 32,
+      pool,
+      [&](std::size_t p, lp::panel_block* dst) {
+        const std::size_t at = p * lp::panel_rows * row_bytes;
+        lp::pack_panel<B>(gate + at, row_bytes, panel_rows(p), nb, dst);
+        lp::pack_panel<B>(up + at, row_bytes, panel_rows(p), nb, dst + nb);
+      },
+      [&](const lp::panel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
+        lp::panel_packed_pair<B>(src, src + nb, panel_rows(p), a + t0 * nb, ax + t0 * nb, nb, nt,
+                                 h + t0 * rows + p * lp::panel_rows, rows, combine);
       });
 }
 #endif
@@ -846,9 +882,10 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
   });
 }
 
-#if defined(KESTREL_LEGACY_AMX)
-/// quantized_swiglu for the row-major legacy types: legacy_swiglu_amx
-/// exactly where quantized_linear would take the AMX kernel for each.
+#if defined(KESTREL_LEGACY_PANEL)
+/// quantized_swiglu for the row-major legacy types: legacy_swiglu_panels
+/// exactly where quantized_linear would take legacy_panels' packed walk
+/// (or its AMX kernel) for each.
 inline bool legacy_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
                           float* h, thread_pool* pool, const void* acts) {
   if (panel_rows(gate.type) > 1 || n_tokens <= quant::detail::lp::token_group) return false;
@@ -863,8 +900,8 @@ inline bool legacy_swiglu(const weight_view& gate, const weight_view& up, const 
     } else {
       const std::size_t nb = gate.cols / 32;
       const A* a = acts ? static_cast<const A*>(acts) : quantize_activations<A>(x, n_tokens, gate.cols, pool, false);
-      legacy_swiglu_amx<B>(static_cast<const std::byte*>(gate.data), static_cast<const std::byte*>(up.data),
-                           gate.row_bytes(), gate.rows, a, nb, n_tokens, h, pool);
+      legacy_swiglu_panels<B>(static_cast<const std::byte*>(gate.data), static_cast<const std::byte*>(up.data),
+                              gate.row_bytes(), gate.rows, a, nb, n_tokens, h, pool);
       return true;
     }
   });
@@ -932,8 +969,9 @@ inline bool kquant_swiglu(const weight_view& gate, const weight_view& up, const 
 #endif
 
 /// h = silu(X gate^T) * (X up^T) in one pass where gate and up are the same
-/// quantized type and shape and their products would take an AMX kernel
-/// (legacy_swiglu, kquant_swiglu); false, with nothing written, elsewhere
+/// quantized type and shape and their products would take the legacy
+/// panels (VNNI or AMX: legacy_swiglu) or the k-quants' AMX kernel
+/// (kquant_swiglu); false, with nothing written, elsewhere
 /// (the caller then multiplies each and applies swiglu). acts: null, or x
 /// already quantized by quantize_for(gate, x, n_tokens). The same bits as
 /// quantized_linear of each and swiglu.
@@ -941,14 +979,11 @@ inline bool quantized_swiglu(const weight_view& gate, const weight_view& up, con
                              float* h, thread_pool* pool, const void* acts = nullptr) {
   if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols) return false;
   if (gate.cols == 0 || gate.cols % block_size(gate.type) != 0) return false;
-#if defined(KESTREL_AMX)
-  if (!quant::amx_enabled()) return false;
 #if defined(KESTREL_KQUANT_AMX)
-  if (kquant_swiglu(gate, up, x, n_tokens, h, pool, acts)) return true;
+  if (quant::amx_enabled() && kquant_swiglu(gate, up, x, n_tokens, h, pool, acts)) return true;
 #endif
-#if defined(KESTREL_LEGACY_AMX)
+#if defined(KESTREL_LEGACY_PANEL)
   if (legacy_swiglu(gate, up, x, n_tokens, h, pool, acts)) return true;
-#endif
 #endif
   (void)x, (void)n_tokens, (void)h, (void)pool, (void)acts;
   return false;

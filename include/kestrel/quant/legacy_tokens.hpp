@@ -270,6 +270,26 @@ inline void panel_packed(const panel_block* p, std::size_t n_rows, const activat
   panel_all_tokens<W>(src, a, aux, nb, n_tokens, panel_row_mask(n_rows), out, out_stride);
 }
 
+/// Two packed panels of the same rows of two matrices (prefill's gate and
+/// up, pa and pb) against n_tokens tokens: out[t * out_stride + r] =
+/// combine(a_tr, b_tr) (as __m512), a and b each panel_packed's result bit
+/// for bit, formed in registers token group by token group, so neither
+/// product is written (cpu::matmul_swiglu without AMX).
+template <class W, class Combine>
+inline void panel_packed_pair(const panel_block* pa, const panel_block* pb, std::size_t n_rows,
+                              const activation_of_t<W>* a, const token_aux* aux, std::size_t nb, std::size_t n_tokens,
+                              float* out, std::size_t out_stride, Combine&& combine) noexcept {
+  auto src_a = [pa](std::size_t b) -> const panel_block& { return pa[b]; };
+  auto src_b = [pb](std::size_t b) -> const panel_block& { return pb[b]; };
+  panel_token_groups<token_group>(n_tokens, panel_row_mask(n_rows), out, out_stride,
+                                  [&]<std::size_t NT>(std::size_t t, __m512* acc) {
+                                    __m512 other[NT];
+                                    panel_tokens<W, NT>(src_a, a + t * nb, aux + t * nb, nb, nb, acc);
+                                    panel_tokens<W, NT>(src_b, a + t * nb, aux + t * nb, nb, nb, other);
+                                    for (std::size_t i = 0; i < NT; ++i) acc[i] = combine(acc[i], other[i]);
+                                  });
+}
+
 }  // namespace detail::lp
 #endif
 
