@@ -837,7 +837,9 @@ TEST_CASE("cpu: matmul_swiglu == matmul_shared of gate and up, then swiglu, bit 
     legacy_weight<B> g(t, rows, cols, seed), u(t, rows, cols, seed + 1);
     for (std::size_t n_tokens : tokens) check(g.view, u.view, n_tokens, seed + 2 + static_cast<std::uint32_t>(n_tokens));
   };
-  // rows: two panels and a part; tokens: one, one past a token group, tiles with a tail
+  // rows: two panels and a part; tokens: one, one past a token group, tiles
+  // with a tail. Where AMX is usable these take the tiles; KESTREL_AMX=0
+  // checks the VNNI panels' pairs.
   legacy_pair.operator()<q::block_q4_0>(dtype::q4_0, 40, 256, 100, {1, 9, 37});
   legacy_pair.operator()<q::block_q4_1>(dtype::q4_1, 40, 96, 110, {9, 37});
   legacy_pair.operator()<q::block_q5_0>(dtype::q5_0, 33, 256, 120, {37});
@@ -859,6 +861,9 @@ TEST_CASE("cpu: matmul_swiglu == matmul_shared of gate and up, then swiglu, bit 
     x16_weight<q::block_q4_K_x16> gx(g, dtype::q4_k_x16), ux(u, dtype::q4_k_x16);
     check(gx.view, ux.view, 37, 182);
     check(gx.view, ux.view, 3, 183);
+    kquant_weight<q::block_q6_K> g6(dtype::q6_k, 40, 512, 185), u6(dtype::q6_k, 40, 512, 186);
+    x16_weight<q::block_q6_K_x16> g6x(g6, dtype::q6_k_x16), u6x(u6, dtype::q6_k_x16);
+    check(g6x.view, u6x.view, 37, 187);  // falls back
   }
   // No fusion: gate and up of different types
   legacy_weight<q::block_q8_0> mg(dtype::q8_0, 32, 256, 170);
