@@ -338,13 +338,14 @@ inline void matmul_shared(std::span<const matvec_job> jobs, const float* x, std:
 }
 
 /// h = silu(X gate^T) * (X up^T): prefill's SwiGLU products, h and
-/// up_scratch (n_tokens, gate.rows). Where both matrices take the legacy
-/// types' AMX kernel (detail::quantized_swiglu), each token tile's two
+/// up_scratch (n_tokens, gate.rows). Where both matrices are of one type
+/// whose products take the legacy panels (AVX-512 VNNI or AMX) or the
+/// k-quants' AMX tiles (detail::quantized_swiglu), each token group's two
 /// products meet in registers and only h is written; elsewhere
 /// matmul_shared into h and up_scratch, then swiglu. The same bits either
 /// way. Measured (110M q4_0, prefill of 512 tokens): the separate swiglu
 /// pass, reading both products back from memory, was 8% of the prefill's
-/// time (bench/README.md, "SwiGLU in the AMX kernel's epilogue").
+/// time (bench/README.md, "SwiGLU in the tile kernels' epilogue").
 inline void matmul_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
                           float* h, float* up_scratch, thread_pool* pool) {
   bool fuse = n_tokens > 1 && is_quantized(gate.type);
