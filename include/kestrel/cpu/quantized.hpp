@@ -243,6 +243,26 @@ inline void legacy_swiglu_amx(const std::byte* gate, const std::byte* up, std::s
 #endif
 
 #if defined(KESTREL_LEGACY_PANEL)
+/// The VNNI panels' per-token block terms (quant::make_token_aux) of
+/// n_tokens tokens' activations, nb blocks each, in the calling thread's
+/// buffer (grown, never shrunk; valid until its next call). The threads
+/// split the tokens: serial, it held one core for about 3% of a 110M q8_0
+/// prefill while the others waited (perf, 2 threads). On 2 threads the
+/// split measured level: prefill time 0.995 [0.969, 1.022] (110M q8_0),
+/// 0.993 [0.979, 1.003] (TinyLlama q4_0), bench/ab_decode.sh --prefill 512;
+/// the serial share grows with the thread count. Decode's single token
+/// stays inline (the work hint).
+template <class B, class A>
+inline const quant::token_aux* legacy_token_aux(const A* a, std::size_t n_tokens, std::size_t nb, thread_pool* pool) {
+  thread_local std::vector<quant::token_aux> aux;
+  if (aux.size() < n_tokens * nb) aux.resize(n_tokens * nb);
+  quant::token_aux* const out = aux.data();
+  parallel_for(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
+    for (std::size_t t = t0; t < t1; ++t) quant::make_token_aux<B>(a + t * nb, out + t * nb, nb);
+  }, 2 * n_tokens * nb * 32);
+  return out;
+}
+
 /// The legacy types' fast path (AVX-512 VNNI): panels of 16 rows against
 /// groups of 8 tokens (quant/legacy_tokens.hpp), every output equal bit for
 /// bit to quant::ref::dot_fused of its row and token, so to what any other
@@ -258,19 +278,7 @@ inline void legacy_panels(const std::byte* base, std::size_t row_bytes, std::siz
   if (n_tokens > lp::token_group && quant::amx_enabled())
     return legacy_panels_amx<B>(base, row_bytes, rows, a, nb, n_tokens, y, pool);
 #endif
-  thread_local std::vector<quant::token_aux> aux;  // (n_tokens, nb); grown, never shrunk
-  if (aux.size() < n_tokens * nb) aux.resize(n_tokens * nb);
-  // The threads split the tokens: serial, it held one core for about 3% of
-  // a 110M q8_0 prefill while the others waited (perf, 2 threads). On 2
-  // threads the split measured level: prefill time 0.995 [0.969, 1.022]
-  // (110M q8_0), 0.993 [0.979, 1.003] (TinyLlama q4_0), bench/ab_decode.sh
-  // --prefill 512; the serial share grows with the thread count. Decode's
-  // single token stays inline (the work hint).
-  quant::token_aux* const aux_out = aux.data();
-  parallel_for(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
-    for (std::size_t t = t0; t < t1; ++t) quant::make_token_aux<B>(a + t * nb, aux_out + t * nb, nb);
-  }, 2 * n_tokens * nb * 32);
-  const quant::token_aux* ax = aux.data();
+  const quant::token_aux* ax = legacy_token_aux<B>(a, n_tokens, nb, pool);
   const std::size_t n_panels = (rows + lp::panel_rows - 1) / lp::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(lp::panel_rows, rows - p * lp::panel_rows); };
   auto panel_base = [&](std::size_t p) { return base + p * lp::panel_rows * row_bytes; };
@@ -306,13 +314,7 @@ inline void legacy_swiglu_panels(const std::byte* gate, const std::byte* up, std
 #if defined(KESTREL_LEGACY_AMX)
   if (quant::amx_enabled()) return legacy_swiglu_amx<B>(gate, up, row_bytes, rows, a, nb, n_tokens, h, pool, combine);
 #endif
-  thread_local std::vector<quant::token_aux> aux;  // (n_tokens, nb); grown, never shrunk
-  if (aux.size() < n_tokens * nb) aux.resize(n_tokens * nb);
-  quant::token_aux* const aux_out = aux.data();
-  parallel_for(pool, n_tokens, [&](std::size_t t0, std::size_t t1) {
-    for (std::size_t t = t0; t < t1; ++t) quant::make_token_aux<B>(a + t * nb, aux_out + t * nb, nb);
-  }, 2 * n_tokens * nb * 32);
-  const quant::token_aux* ax = aux.data();
+  const quant::token_aux* ax = legacy_token_aux<B>(a, n_tokens, nb, pool);
   const std::size_t n_panels = (rows + lp::panel_rows - 1) / lp::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(lp::panel_rows, rows - p * lp::panel_rows); };
   packed_panel_tiles<lp::panel_block>(

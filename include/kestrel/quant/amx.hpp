@@ -103,13 +103,30 @@ inline void store_token_tiles(std::size_t n_rows, std::size_t k0, std::size_t k1
     tile(k, acc);
     const std::size_t t0 = k * token_tile;
     if (stream) {
-      for (std::size_t i = 0; i < token_tile && t0 + i < n_tokens; ++i) _mm512_stream_ps(out + (t0 + i) * out_stride, acc[i]);
+      for (std::size_t i = 0; i < token_tile && t0 + i < n_tokens; ++i)
+        _mm512_stream_ps(out + (t0 + i) * out_stride, acc[i]);
     } else {
       for (std::size_t i = 0; i < token_tile && t0 + i < n_tokens; ++i)
         _mm512_mask_storeu_ps(out + (t0 + i) * out_stride, valid, acc[i]);
     }
   }
   if (stream) _mm_sfence();
+}
+
+/// store_token_tiles of two panels' results combined: tile_a(k, acc) and
+/// tile_b(k, acc) as store_token_tiles' tile, out = combine(a, b) token by
+/// token (prefill's gate and up: legacy_amx.hpp's panel_tiles_pair,
+/// kquant_amx.hpp's kpanel_tiles_pair).
+template <class TileA, class TileB, class Combine>
+inline void store_token_tiles_pair(std::size_t n_rows, std::size_t k0, std::size_t k1, std::size_t n_tokens,
+                                   float* out, std::size_t out_stride, TileA&& tile_a, TileB&& tile_b,
+                                   Combine&& combine) noexcept {
+  store_token_tiles(n_rows, k0, k1, n_tokens, out, out_stride, [&](std::size_t k, __m512* acc) {
+    __m512 other[token_tile];
+    tile_a(k, acc);
+    tile_b(k, other);
+    for (std::size_t i = 0; i < token_tile; ++i) acc[i] = combine(acc[i], other[i]);
+  });
 }
 
 /// The tiles configured (configure_tiles) for a scope: one thread's share

@@ -225,12 +225,9 @@ template <class B, class Combine>
 inline void kpanel_tiles_pair(const kamx_block* pa, const kamx_block* pb, std::size_t n_rows, const kact_block* x,
                               std::size_t nb, std::size_t k0, std::size_t k1, std::size_t n_tokens, float* out,
                               std::size_t out_stride, Combine&& combine) noexcept {
-  store_token_tiles(n_rows, k0, k1, n_tokens, out, out_stride, [&](std::size_t k, __m512* acc) {
-    __m512 other[token_tile];
-    ktile_16x16<B>(pa, x + k * nb, nb, acc);
-    ktile_16x16<B>(pb, x + k * nb, nb, other);
-    for (std::size_t i = 0; i < token_tile; ++i) acc[i] = combine(acc[i], other[i]);
-  });
+  store_token_tiles_pair(n_rows, k0, k1, n_tokens, out, out_stride,
+                         [&](std::size_t k, __m512* acc) { ktile_16x16<B>(pa, x + k * nb, nb, acc); },
+                         [&](std::size_t k, __m512* acc) { ktile_16x16<B>(pb, x + k * nb, nb, acc); }, combine);
 }
 
 }  // namespace detail::amx

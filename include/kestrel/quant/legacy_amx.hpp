@@ -194,12 +194,9 @@ template <class W, class Combine>
 inline void panel_tiles_pair(const amx_block* pa, const amx_block* pb, std::size_t n_rows, const act_block* x,
                              std::size_t nb, std::size_t k0, std::size_t k1, std::size_t n_tokens, float* out,
                              std::size_t out_stride, Combine&& combine) noexcept {
-  store_token_tiles(n_rows, k0, k1, n_tokens, out, out_stride, [&](std::size_t k, __m512* acc) {
-    __m512 other[token_tile];
-    tile_16x16<W>(pa, x + k * nb, nb, acc);
-    tile_16x16<W>(pb, x + k * nb, nb, other);
-    for (std::size_t i = 0; i < token_tile; ++i) acc[i] = combine(acc[i], other[i]);
-  });
+  store_token_tiles_pair(n_rows, k0, k1, n_tokens, out, out_stride,
+                         [&](std::size_t k, __m512* acc) { tile_16x16<W>(pa, x + k * nb, nb, acc); },
+                         [&](std::size_t k, __m512* acc) { tile_16x16<W>(pb, x + k * nb, nb, acc); }, combine);
 }
 
 }  // namespace detail::amx
