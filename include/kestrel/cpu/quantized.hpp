@@ -159,6 +159,19 @@ inline void packed_panel_tiles(std::size_t n_panels, std::size_t nb, std::size_t
   }, work);
 }
 
+#if defined(__AVX512F__)
+/// silu(g) * u for 16 lanes, as swiglu computes it (swiglu_batch): the
+/// epilogue of prefill's fused gate and up products (quantized_swiglu). A
+/// function object, so that the kernels inline it (passed as a function,
+/// GCC left calls to it in the pair kernels).
+struct swiglu_lanes_fn {
+  __m512 operator()(__m512 g, __m512 u) const noexcept {
+    return static_cast<__m512>(swiglu_batch(simd::fbatch(g), simd::fbatch(u)));
+  }
+};
+inline constexpr swiglu_lanes_fn swiglu_lanes{};
+#endif
+
 #if defined(KESTREL_AMX)
 /// The walk of both AMX prefill kernels (legacy_panels_amx,
 /// kquant_tiles): the call's tokens packed once into tiles of 16, Act
@@ -213,16 +226,15 @@ inline void legacy_panels_amx(const std::byte* base, std::size_t row_bytes, std:
       [] { return am::tiles_on(32, 8); });
 }
 
-/// h = combine(X gate^T, X up^T) (n_tokens, rows) for two matrices of the
+/// h = silu(X gate^T) * (X up^T) (n_tokens, rows) for two matrices of the
 /// same legacy type and shape on AMX tiles: a panel packs gate's 16 rows
 /// then up's, and each token tile's two results meet in registers
-/// (amx::panel_tiles_pair), so neither product is written out and read
-/// back. With swiglu_batch as combine, every output equals
-/// legacy_panels_amx of each matrix and then swiglu, bit for bit.
-template <class B, class A, class Combine>
+/// (amx::panel_tiles_pair, swiglu_lanes), so neither product is written out
+/// and read back. Every output equals legacy_panels_amx of each matrix and
+/// then swiglu, bit for bit.
+template <class B, class A>
 inline void legacy_swiglu_amx(const std::byte* gate, const std::byte* up, std::size_t row_bytes, std::size_t rows,
-                              const A* a, std::size_t nb, std::size_t n_tokens, float* h, thread_pool* pool,
-                              Combine&& combine) {
+                              const A* a, std::size_t nb, std::size_t n_tokens, float* h, thread_pool* pool) {
   namespace am = quant::detail::amx;
   const std::size_t n_panels = (rows + am::panel_rows - 1) / am::panel_rows;
   auto panel_rows = [&](std::size_t p) { return std::min(am::panel_rows, rows - p * am::panel_rows); };
@@ -236,7 +248,7 @@ inline void legacy_swiglu_amx(const std::byte* gate, const std::byte* up, std::s
       },
       [&](const am::amx_block* src, std::size_t p, const am::act_block* x, std::size_t k0, std::size_t k1) {
         am::panel_tiles_pair<B>(src, src + nb, panel_rows(p), x, nb, k0, k1, n_tokens, h + p * am::panel_rows, rows,
-                                combine);
+                                swiglu_lanes);
       },
       [] { return am::tiles_on(32, 8); }, 2 * nb);
 }
@@ -310,9 +322,8 @@ template <class B, class A>
 inline void legacy_swiglu_panels(const std::byte* gate, const std::byte* up, std::size_t row_bytes, std::size_t rows,
                                  const A* a, std::size_t nb, std::size_t n_tokens, float* h, thread_pool* pool) {
   namespace lp = quant::detail::lp;
-  auto combine = [](__m512 g, __m512 u) { return static_cast<__m512>(swiglu_batch(simd::fbatch(g), simd::fbatch(u))); };
 #if defined(KESTREL_LEGACY_AMX)
-  if (quant::amx_enabled()) return legacy_swiglu_amx<B>(gate, up, row_bytes, rows, a, nb, n_tokens, h, pool, combine);
+  if (quant::amx_enabled()) return legacy_swiglu_amx<B>(gate, up, row_bytes, rows, a, nb, n_tokens, h, pool);
 #endif
   const quant::token_aux* ax = legacy_token_aux<B>(a, n_tokens, nb, pool);
   const std::size_t n_panels = (rows + lp::panel_rows - 1) / lp::panel_rows;
@@ -327,7 +338,7 @@ inline void legacy_swiglu_panels(const std::byte* gate, const std::byte* up, std
       },
       [&](const lp::panel_block* src, std::size_t p, std::size_t t0, std::size_t nt) {
         lp::panel_packed_pair<B>(src, src + nb, panel_rows(p), a + t0 * nb, ax + t0 * nb, nb, nt,
-                                 h + t0 * rows + p * lp::panel_rows, rows, combine);
+                                 h + t0 * rows + p * lp::panel_rows, rows, swiglu_lanes);
       });
 }
 #endif
@@ -454,9 +465,7 @@ inline void kquant_swiglu_tiles(std::size_t rows, const quant::block_q8_K* a, st
       },
       [&](const am::kamx_block* src, std::size_t p, const am::kact_block* x, std::size_t k0, std::size_t k1) {
         am::kpanel_tiles_pair<B>(src, src + nb, panel_rows(p), x, nb, k0, k1, n_tokens, h + p * kp::panel_rows, rows,
-                                 [](__m512 g, __m512 u) {
-                                   return static_cast<__m512>(swiglu_batch(simd::fbatch(g), simd::fbatch(u)));
-                                 });
+                                 swiglu_lanes);
       },
       [] { return am::tiles_on(am::k_tile_bytes, am::k_tile_rows); }, 2 * nb);
 }
@@ -889,7 +898,7 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
 /// exactly where quantized_linear would take legacy_panels' packed walk
 /// (or its AMX kernel) for each.
 inline bool legacy_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
-                          float* h, thread_pool* pool, const void* acts) {
+                          float* h, thread_pool* pool) {
   if (panel_rows(gate.type) > 1 || n_tokens <= quant::detail::lp::token_group) return false;
 #if defined(KESTREL_LEGACY_DECODE) || defined(KESTREL_LEGACY_DECODE_AVX2)
   if (n_tokens <= quant::decode_max_tokens) return false;
@@ -901,7 +910,7 @@ inline bool legacy_swiglu(const weight_view& gate, const weight_view& up, const 
       return false;
     } else {
       const std::size_t nb = gate.cols / 32;
-      const A* a = acts ? static_cast<const A*>(acts) : quantize_activations<A>(x, n_tokens, gate.cols, pool, false);
+      const A* a = quantize_activations<A>(x, n_tokens, gate.cols, pool, false);
       legacy_swiglu_panels<B>(static_cast<const std::byte*>(gate.data), static_cast<const std::byte*>(up.data),
                               gate.row_bytes(), gate.rows, a, nb, n_tokens, h, pool);
       return true;
@@ -916,7 +925,7 @@ inline bool legacy_swiglu(const weight_view& gate, const weight_view& up, const 
 /// quantized_linear (kquant_panels) or x16_linear would take kquant_tiles
 /// for each, the panels packed as those pack them.
 inline bool kquant_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
-                          float* h, thread_pool* pool, const void* acts) {
+                          float* h, thread_pool* pool) {
   namespace kp = quant::detail::kp;
   const std::size_t rows = gate.rows, nb = gate.cols / quant::qk_k;
   auto run = [&]<class B>(std::type_identity<B>, auto&& pack_gate, auto&& pack_up) -> bool {
@@ -924,8 +933,7 @@ inline bool kquant_swiglu(const weight_view& gate, const weight_view& up, const 
       return false;
     } else {
       if (n_tokens < quant::kpanel_min_tokens<B>) return false;
-      const auto* a = acts ? static_cast<const quant::block_q8_K*>(acts)
-                           : quantize_activations<quant::block_q8_K>(x, n_tokens, gate.cols, pool, false);
+      const auto* a = quantize_activations<quant::block_q8_K>(x, n_tokens, gate.cols, pool, false);
       kquant_swiglu_tiles<B>(rows, a, nb, n_tokens, h, pool, pack_gate, pack_up);
       return true;
     }
@@ -974,20 +982,19 @@ inline bool kquant_swiglu(const weight_view& gate, const weight_view& up, const 
 /// quantized type and shape and their products would take the legacy
 /// panels (VNNI or AMX: legacy_swiglu) or the k-quants' AMX kernel
 /// (kquant_swiglu); false, with nothing written, elsewhere
-/// (the caller then multiplies each and applies swiglu). acts: null, or x
-/// already quantized by quantize_for(gate, x, n_tokens). The same bits as
+/// (the caller then multiplies each and applies swiglu). The same bits as
 /// quantized_linear of each and swiglu.
 inline bool quantized_swiglu(const weight_view& gate, const weight_view& up, const float* x, std::size_t n_tokens,
-                             float* h, thread_pool* pool, const void* acts = nullptr) {
+                             float* h, thread_pool* pool) {
   if (gate.type != up.type || gate.rows != up.rows || gate.cols != up.cols) return false;
   if (gate.cols == 0 || gate.cols % block_size(gate.type) != 0) return false;
 #if defined(KESTREL_KQUANT_AMX)
-  if (quant::amx_enabled() && kquant_swiglu(gate, up, x, n_tokens, h, pool, acts)) return true;
+  if (quant::amx_enabled() && kquant_swiglu(gate, up, x, n_tokens, h, pool)) return true;
 #endif
 #if defined(KESTREL_LEGACY_PANEL)
-  if (legacy_swiglu(gate, up, x, n_tokens, h, pool, acts)) return true;
+  if (legacy_swiglu(gate, up, x, n_tokens, h, pool)) return true;
 #endif
-  (void)x, (void)n_tokens, (void)h, (void)pool, (void)acts;
+  (void)x, (void)n_tokens, (void)h, (void)pool;
   return false;
 }
 
