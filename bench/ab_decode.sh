@@ -10,8 +10,12 @@
 # quartiles over rounds of its round median over the first revision's.
 # With --prefill N, each round each build prefills N random tokens from an
 # empty cache in one call instead, timed as a whole (prefill changes).
+# --placement file|huge_pages|automatic places every build's weights so
+# (cpu_backend's weight_placement; default automatic, which decides per
+# build at load time and so may place builds loaded one after another
+# differently: decode kernels compare best with one fixed placement).
 #
-#   bench/ab_decode.sh MODEL REV REV... [--seconds 60] [--ctx 64] [--prefill N] [-t 2] [--work DIR]
+#   bench/ab_decode.sh MODEL REV REV... [--seconds 60] [--ctx 64] [--prefill N] [-t 2] [--placement P] [--work DIR]
 #
 # Built with the C++ compiler in $CXX (default c++), -O3 -march=native, and
 # Eigen from pkg-config (or /usr/include/eigen3). Nothing is installed.
@@ -27,8 +31,9 @@ while [ $# -gt 0 ]; do
     --ctx) ctx=$2; shift 2 ;;
     --prefill) ctx=$2 mode=(--prefill); shift 2 ;;
     -t) threads=$2; shift 2 ;;
+    --placement) export AB_PLACEMENT=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n 2,18p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
     -*) echo "error: unknown option $1" >&2; exit 1 ;;
     *) args+=("$1"); shift ;;
   esac

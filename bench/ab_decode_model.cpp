@@ -5,6 +5,8 @@
 // (-fvisibility=hidden), so two builds of the same header-only code can
 // live in one process.
 #include <cstddef>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <memory>
 #include <span>
@@ -20,6 +22,18 @@ struct session {
   std::unique_ptr<model_t> model;
 };
 std::string last_error;
+
+/// The weights' placement, from AB_PLACEMENT (ab_decode.sh --placement):
+/// file, huge_pages, or automatic (the library's default, also when unset).
+/// automatic decides per build at load time, so builds loaded one after the
+/// other can end up placed differently (the later copies into fresh memory
+/// slow enough to stop): a comparison of kernels wants one fixed placement.
+kestrel::weight_placement placement_from_env() {
+  const char* e = std::getenv("AB_PLACEMENT");
+  if (e && std::strcmp(e, "file") == 0) return kestrel::weight_placement::file;
+  if (e && std::strcmp(e, "huge_pages") == 0) return kestrel::weight_placement::huge_pages;
+  return kestrel::weight_placement::automatic;
+}
 }  // namespace
 
 #define AB_EXPORT extern "C" __attribute__((visibility("default")))
@@ -28,7 +42,7 @@ std::string last_error;
 AB_EXPORT void* ab_open(const char* path, std::size_t n_ctx, std::size_t n_threads) {
   try {
     auto s = std::make_unique<session>(session{kestrel::load_model_file(path), nullptr});
-    s->model = std::make_unique<model_t>(s->file.weights, n_ctx, kestrel::cpu_backend(n_threads));
+    s->model = std::make_unique<model_t>(s->file.weights, n_ctx, kestrel::cpu_backend(n_threads, placement_from_env()));
     return s.release();
   } catch (const std::exception& e) {
     last_error = e.what();
