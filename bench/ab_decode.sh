@@ -13,7 +13,14 @@
 # --placement file|huge_pages|automatic places every build's weights so
 # (cpu_backend's weight_placement; default automatic, which decides per
 # build at load time and so may place builds loaded one after another
-# differently: decode kernels compare best with one fixed placement).
+# differently). Each build copies the weights into its own memory except
+# with `file`, where all builds read the same page-cache pages. With
+# models of several GB, where that memory lies shows as much as a kernel
+# change: TinyLlama f32 (4.4 GB a copy) with huge_pages, one build listed
+# four times as A B A B, read 1.00 / 0.98 / 1.015 / 1.074 (the last copy
+# slowest); with file, HEAD listed first and last read 1.000 / 0.997. So
+# for large models compare with --placement file, and list a build twice
+# (first and last) to see the spread.
 #
 #   bench/ab_decode.sh MODEL REV REV... [--seconds 60] [--ctx 64] [--prefill N] [-t 2] [--placement P] [--work DIR]
 #
@@ -33,7 +40,7 @@ while [ $# -gt 0 ]; do
     -t) threads=$2; shift 2 ;;
     --placement) export AB_PLACEMENT=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n 2,22p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,28p "$0"; exit 0 ;;
     -*) echo "error: unknown option $1" >&2; exit 1 ;;
     *) args+=("$1"); shift ;;
   esac
