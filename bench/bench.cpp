@@ -1071,8 +1071,11 @@ int main(int argc, char** argv) {
             // (the token embeddings its prompt looked up: 66 MiB of
             // TinyLlama q8_0's 70 MB table after pp512) would count until
             // this model's placement gives the pages back (tg128 after
-            // pp512: 1135 MiB, against 1083 run alone).
-            for (const auto& m : file.weights.mapped) kestrel::release_pages(m.data(), m.size());
+            // pp512: 1135 MiB, against 1083 run alone). Not with --mmap 1,
+            // where the model reads every matrix in place: its pages count
+            // in the file size, and llama-bench keeps them mapped too.
+            if (placement != kestrel::weight_placement::file)
+              for (const auto& m : file.weights.mapped) kestrel::release_pages(m.data(), m.size());
             reset_peak_rss();
             r.placement = placement;
             const std::uint64_t t_load = now_ns();
