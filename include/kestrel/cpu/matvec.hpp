@@ -85,10 +85,11 @@ inline constexpr std::size_t matvec_streams =
 /// 110M f16 2 KiB 0.87 [0.77, 0.95], 4 KiB 0.85 [0.72, 0.95]; TinyLlama
 /// f32 1 KiB 1.05, 2 KiB 1.04, 4 KiB 1.07 (quartiles 0.89-1.22). The same
 /// kernel with four streams instead of two: TinyLlama f16 1.02.
-/// A step of f32 rows is two lines (128 bytes): each is asked for. On the
-/// AMX Xeon (family 6 model 167), TinyLlama f32 token time against the
-/// first line alone: 0.980 [0.977, 0.990] read in place in the file
-/// mapping (bench/ab_decode.sh --placement file), level in huge pages
+/// With AVX-512 a step of f32 rows is two lines (128 bytes), and each is
+/// asked for (of the plans there, only row_streams::wide prefetches f32
+/// rows). On the AMX Xeon (family 6 model 167), TinyLlama f32 token time
+/// against the first line alone: 0.980 [0.977, 0.990] read in place in the
+/// file mapping (bench/ab_decode.sh --placement file), level in huge pages
 /// (1.007 and 0.992 in the two orders).
 #if defined(__AVX2__) && !defined(__AVX512F__)
 template <class T, row_streams P> inline constexpr std::size_t matvec_prefetch_bytes = 576;
