@@ -413,6 +413,17 @@ inline void kquant_decode_rows(const std::byte* base, std::size_t row_bytes, std
 }
 
 #if defined(KESTREL_KQUANT_AMX)
+/// Panel p of a k-quant matrix as B tiles, nb blocks at dst: packed as the
+/// VNNI panels (pack(p, blocks)) into the calling thread's scratch, then
+/// each block turned into its tiles' layout (amx::pack_kamx).
+template <class B, class Pack>
+inline void pack_kamx_panel(Pack&& pack, std::size_t p, std::size_t nb, quant::detail::amx::kamx_block* dst) {
+  thread_local std::vector<quant::detail::kp::kpanel_block> blocks;  // (nb); grown, never shrunk
+  if (blocks.size() < nb) blocks.resize(nb);
+  pack(p, blocks.data());
+  for (std::size_t b = 0; b < nb; ++b) quant::detail::amx::pack_kamx<B>(blocks[b], dst[b]);
+}
+
 /// kpanel_prefill on AMX tiles (quant/kquant_amx.hpp) for q2_K, q4_K and
 /// q5_K: the tokens packed once per call into tiles of 16 (the threads
 /// split them), then packed_panel_tiles over panels packed as the VNNI
@@ -428,12 +439,7 @@ inline void kquant_tiles(std::size_t rows, const quant::block_q8_K* a, std::size
   amx_prefill<am::kact_block, am::kamx_block>(
       n_panels, nb, n_tokens, n_tokens * rows * nb * quant::qk_k, pool,
       [&](std::size_t k, am::kact_block* dst) { am::pack_kacts<B>(a, n_tokens, nb, k, dst); },
-      [&](std::size_t p, am::kamx_block* dst) {
-        thread_local std::vector<kp::kpanel_block> blocks;  // (nb); grown, never shrunk
-        if (blocks.size() < nb) blocks.resize(nb);
-        pack(p, blocks.data());
-        for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(blocks[b], dst[b]);
-      },
+      [&](std::size_t p, am::kamx_block* dst) { pack_kamx_panel<B>(pack, p, nb, dst); },
       [&](const am::kamx_block* src, std::size_t p, const am::kact_block* x, std::size_t k0, std::size_t k1) {
         am::kpanel_tiles<B>(src, panel_rows(p), x, nb, k0, k1, n_tokens, y + p * kp::panel_rows, rows);
       },
@@ -456,12 +462,8 @@ inline void kquant_swiglu_tiles(std::size_t rows, const quant::block_q8_K* a, st
       n_panels, nb, n_tokens, 2 * n_tokens * rows * nb * quant::qk_k, pool,
       [&](std::size_t k, am::kact_block* dst) { am::pack_kacts<B>(a, n_tokens, nb, k, dst); },
       [&](std::size_t p, am::kamx_block* dst) {
-        thread_local std::vector<kp::kpanel_block> blocks;  // (nb); grown, never shrunk
-        if (blocks.size() < nb) blocks.resize(nb);
-        pack_gate(p, blocks.data());
-        for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(blocks[b], dst[b]);
-        pack_up(p, blocks.data());
-        for (std::size_t b = 0; b < nb; ++b) am::pack_kamx<B>(blocks[b], dst[nb + b]);
+        pack_kamx_panel<B>(pack_gate, p, nb, dst);
+        pack_kamx_panel<B>(pack_up, p, nb, dst + nb);
       },
       [&](const am::kamx_block* src, std::size_t p, const am::kact_block* x, std::size_t k0, std::size_t k1) {
         am::kpanel_tiles_pair<B>(src, src + nb, panel_rows(p), x, nb, k0, k1, n_tokens, h + p * kp::panel_rows, rows,
