@@ -92,18 +92,18 @@ TEST_CASE("cpu: matvec == ref::matvec") {
 }
 
 TEST_CASE("cpu: matvec's rows give the same bits walked as every row_streams plan") {
-  // The plan (cpu/streaming.hpp) only orders the rows' reads: 2 or 8
+  // The plan (cpu/streaming.hpp) only orders the rows' reads: 1, 2 or 8
   // streams side by side, the rows past a multiple of the streams alone,
   // and how far ahead each stream is prefetched (pairs_ahead: 16-bit rows
-  // only). Row counts around 8 and 16, and ranges starting past 0, as
-  // threads get.
+  // only; far: into L2). Row counts around 8 and 16, and ranges starting
+  // past 0, as threads get.
   const std::size_t row_counts[] = {1, 2, 7, 8, 9, 15, 16, 17, 33, 70};
   for (dtype t : all_types)
     for (std::size_t rows : row_counts)
       for (std::size_t cols : {std::size_t{5}, std::size_t{64}, std::size_t{129}, std::size_t{1100}}) {
         random_weight w(t, rows, cols, static_cast<std::uint32_t>(rows * 31 + cols));
         const auto x = random_floats(cols, 7);
-        std::vector<float> want(rows), pairs(rows, -1.0f), ahead(rows, -2.0f), wide(rows, -3.0f);
+        std::vector<float> want(rows), pairs(rows, -1.0f), ahead(rows, -2.0f), wide(rows, -3.0f), far(rows, -4.0f);
         ref::matvec(w.view, x.data(), want.data(), nullptr);
         cpu::visit_weight(w.view, [&](const auto* data) {
           for (std::size_t r0 : {std::size_t{0}, rows / 3}) {
@@ -111,10 +111,12 @@ TEST_CASE("cpu: matvec's rows give the same bits walked as every row_streams pla
               cpu::detail::matvec_rows_as<cpu::row_streams::pairs>(data, cols, x.data(), pairs.data(), lo, hi);
               cpu::detail::matvec_rows_as<cpu::row_streams::pairs_ahead>(data, cols, x.data(), ahead.data(), lo, hi);
               cpu::detail::matvec_rows_as<cpu::row_streams::wide>(data, cols, x.data(), wide.data(), lo, hi);
+              cpu::detail::matvec_rows_as<cpu::row_streams::far>(data, cols, x.data(), far.data(), lo, hi);
             }
             INFO(kestrel::name_of(t) << " rows " << rows << " cols " << cols << " split at " << r0);
             CHECK(std::memcmp(pairs.data(), wide.data(), rows * sizeof(float)) == 0);
             CHECK(std::memcmp(pairs.data(), ahead.data(), rows * sizeof(float)) == 0);
+            CHECK(std::memcmp(pairs.data(), far.data(), rows * sizeof(float)) == 0);
             kestrel::test::check_within(wide.data(), want.data(), linear_tol(w, x, 1), rows);
           }
         });
@@ -130,11 +132,19 @@ TEST_CASE("cpu: KESTREL_ROW_STREAMS names the plan") {
   const cpu::row_streams host = cpu::detect_row_streams();
   const std::pair<const char*, cpu::row_streams> names[] = {{"pairs", cpu::row_streams::pairs},
                                                              {"pairs_ahead", cpu::row_streams::pairs_ahead},
-                                                             {"wide", cpu::row_streams::wide}};
+                                                             {"wide", cpu::row_streams::wide},
+                                                             {"far", cpu::row_streams::far}};
   for (const auto& [name, plan] : names) {
     ::setenv("KESTREL_ROW_STREAMS", name, 1);
     CHECK(cpu::detect_row_streams() == plan);
   }
+  // Float rows in huge pages walk as far where the host's plan is wide;
+  // every other plan, and rows in small pages, keep the host's.
+  const cpu::row_streams cached = cpu::host_row_streams();
+  CHECK(cpu::float_row_streams(false) == cached);
+  CHECK(cpu::float_row_streams(true) == (cached == cpu::row_streams::wide ? cpu::row_streams::far : cached));
+  CHECK(cpu::walks_wide(cpu::row_streams::far));
+  CHECK_FALSE(cpu::walks_wide(cpu::row_streams::pairs_ahead));
   ::setenv("KESTREL_ROW_STREAMS", "sideways", 1);
   CHECK(cpu::detect_row_streams() == host);
   if (old) ::setenv("KESTREL_ROW_STREAMS", saved.c_str(), 1);

@@ -340,6 +340,11 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
   // weights() shows where each model computes from: the copy, or the file.
   CHECK(in_place.weights().layers[0].wq.data == file.layers[0].wq.data);
   CHECK((copied.weights().layers[0].wq.data != file.layers[0].wq.data) == transparent_huge_pages());
+  // The copy's views say they lie in huge pages (decode's float rows walk
+  // them as cpu::float_row_streams(true)); the file's do not.
+  CHECK(copied.weights().layers[0].wq.huge_pages == transparent_huge_pages());
+  CHECK(copied.weights().output.huge_pages == transparent_huge_pages());
+  CHECK_FALSE(in_place.weights().layers[0].wq.huge_pages);
   CHECK((copied.weights().layers[0].attn_norm != file.layers[0].attn_norm) == transparent_huge_pages());
   CHECK(std::equal(file.layers[0].attn_norm, file.layers[0].attn_norm + hp.n_embd, copied.weights().layers[0].attn_norm));
   CHECK(copied.prefill_all_logits(seq) == in_place.prefill_all_logits(seq));
@@ -378,10 +383,14 @@ TEST_CASE("weight_placement::automatic: past a slow probe the plain matrices sta
   const auto first = std::as_const(file.layers[0]).matrices()[0];
   const auto moved_first = std::as_const(slow.layers[0]).matrices()[0];
   CHECK(moved_first->data != first->data);  // the probe's matrix stays copied
+  CHECK(moved_first->huge_pages);
   CHECK(slow.copied_bytes == first->bytes());
   for (std::size_t l = 0; l < hp.n_layer; ++l) {
     const auto a = file.layers[l].matrices(), b = std::as_const(slow.layers[l]).matrices();
-    for (std::size_t m = l == 0 ? 1 : 0; m < a.size(); ++m) CHECK(b[m]->data == a[m]->data);
+    for (std::size_t m = l == 0 ? 1 : 0; m < a.size(); ++m) {
+      CHECK(b[m]->data == a[m]->data);
+      CHECK_FALSE(b[m]->huge_pages);
+    }
   }
   CHECK(slow.output.data == file.output.data);
   CHECK(slow.token_embd.data == file.token_embd.data);  // its tied twin left in place with it
@@ -391,6 +400,7 @@ TEST_CASE("weight_placement::automatic: past a slow probe the plain matrices sta
   CHECK(fast.copied_bytes == distinct_bytes);
   CHECK(fast.output.data != file.output.data);
   CHECK(fast.output.data == fast.token_embd.data);
+  CHECK((fast.output.huge_pages && fast.token_embd.huge_pages));  // tied: the twin follows
 
   // The same bits wherever the matrices are read from.
   const auto seq = some_tokens(20, hp.n_vocab);

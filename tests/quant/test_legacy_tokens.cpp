@@ -233,11 +233,11 @@ void check_decode(const std::vector<W>& w, const std::vector<q::activation_of_t<
   for (std::size_t i = 0; i < n_tokens * rows; ++i)
     split_bad += !same_bits(row_alone[i], out[i]) + !same_bits(split[i], out[i]);
   // Every row plan (cpu/streaming.hpp: rows in pairs 256 bytes or 2 KiB
-  // ahead, or in eights for one token on Intel), whichever the host takes:
-  // the same bits.
+  // ahead, or in eights for one token on Intel, far as wide), whichever the
+  // host takes: the same bits.
   std::size_t plan_bad = 0;
   for (auto plan : {kestrel::cpu::row_streams::pairs, kestrel::cpu::row_streams::pairs_ahead,
-                    kestrel::cpu::row_streams::wide}) {
+                    kestrel::cpu::row_streams::wide, kestrel::cpu::row_streams::far}) {
     std::vector<float> got(n_tokens * rows + 1, -7.0f);
     q::dot_rows_decode<W>(base, nb * sizeof(W), rows, ap.data(), n_tokens, got.data(), rows, plan);
     for (std::size_t i = 0; i < n_tokens * rows; ++i) plan_bad += !same_bits(got[i], out[i]);

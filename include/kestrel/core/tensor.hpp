@@ -61,6 +61,10 @@ struct weight_view {
   const void* data = nullptr;
   std::size_t rows = 0;  // output features (ggml ne1)
   std::size_t cols = 0;  // input features, contiguous (ggml ne0)
+  /// The rows lie in memory asked for as 2 MiB pages (cpu_backend's copy of
+  /// the weights): decode's float kernels may then walk them otherwise
+  /// (cpu/streaming.hpp, float_row_streams). A hint; never changes a result.
+  bool huge_pages = false;
 
   std::size_t row_bytes() const noexcept { return cols / block_size(type) * block_bytes(type); }
   /// With an interleaved type (panel_rows > 1) the last panel's padding rows count.
@@ -71,7 +75,9 @@ struct weight_view {
   const std::byte* row(std::size_t r) const noexcept { return static_cast<const std::byte*>(data) + r * row_bytes(); }
   /// Rows [first, first + n) as a matrix of their own (no copy): how a fused
   /// qkv or gate|up tensor is seen as its parts. The caller checks the range.
-  weight_view rows_from(std::size_t first, std::size_t n) const noexcept { return {type, row(first), n, cols}; }
+  weight_view rows_from(std::size_t first, std::size_t n) const noexcept {
+    return {type, row(first), n, cols, huge_pages};
+  }
 };
 
 }  // namespace kestrel

@@ -53,13 +53,15 @@ namespace detail {
 /// (Intel, cpu/streaming.hpp) takes 8: on the Emerald Rapids host
 /// (bench/ab_decode.sh, TinyLlama f16, token time against 2 streams, 1
 /// KiB prefetch beside each) 4 streams 0.80, 8 0.70; 16 took 1.09x the
-/// time of 8 (one run each, 4-5 alternated rounds).
+/// time of 8 (one run each, 4-5 alternated rounds). row_streams::far
+/// (Intel, rows in 2 MiB pages) takes one stream of f32 rows and two of
+/// 16-bit rows, asked for far ahead (matvec_prefetch_bytes).
 template <class T, row_streams P>
 inline constexpr std::size_t matvec_streams =
 #if defined(__AVX2__) && !defined(__AVX512F__)
     sizeof(T) == 4 ? 4 : 2;
 #else
-    P == row_streams::wide ? 8 : 2;
+    P == row_streams::wide ? 8 : P == row_streams::far && sizeof(T) == 4 ? 1 : 2;
 #endif
 
 /// Software prefetch of matvec_rows' streams, bytes ahead, non-temporal, once
@@ -91,15 +93,28 @@ inline constexpr std::size_t matvec_streams =
 /// against the first line alone: 0.980 [0.977, 0.990] read in place in the
 /// file mapping (bench/ab_decode.sh --placement file), level in huge pages
 /// (1.007 and 0.992 in the two orders).
+/// row_streams::far, the same host with the rows in 2 MiB pages: one
+/// stream of f32 rows, two of f16, every line asked for 3 KiB ahead into
+/// L2. bench/ab_decode.sh with the files on a tmpfs mounted huge=always
+/// (read in place, so every build reads the same 2 MiB pages), token time
+/// against wide, median [quartiles]: TinyLlama f32, one stream 3 KiB into
+/// L2 0.955 [0.949, 0.960] and 0.981 [0.975, 0.987] (two runs), 4 KiB
+/// 1.034, 1 KiB into L1 1.070; two streams 3 KiB into L2 1.001, 4 KiB
+/// 1.016, 2 KiB into L1 1.048. TinyLlama f16,
+/// one stream 2 / 3 / 6 KiB into L2 1.086 / 0.979 / 1.001, two streams 3
+/// KiB 0.966 [0.960, 0.969]. In the page cache's 4 KiB pages one f32
+/// stream 3 KiB into L2 took 1.098x wide's time, 2 KiB into L1 1.175x: so
+/// far only where the rows lie in 2 MiB pages (float_row_streams).
 #if defined(__AVX2__) && !defined(__AVX512F__)
 template <class T, row_streams P> inline constexpr std::size_t matvec_prefetch_bytes = 576;
 template <row_streams P> inline constexpr int matvec_prefetch_locality = 0;  // non-temporal
 #else
 template <class T, row_streams P>
 inline constexpr std::size_t matvec_prefetch_bytes = P == row_streams::wide                            ? 1024
+                                                     : P == row_streams::far                           ? 3072
                                                      : P == row_streams::pairs_ahead && sizeof(T) == 2 ? 2048
                                                                                                        : 0;
-template <row_streams P> inline constexpr int matvec_prefetch_locality = 3;  // into L1
+template <row_streams P> inline constexpr int matvec_prefetch_locality = P == row_streams::far ? 2 : 3;  // into L2 / L1
 #endif
 
 /// One row's dot product as matvec_rows computes it: two accumulators over
@@ -159,12 +174,14 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
   }
 }
 
-/// y[r] = dot(w row r, x) for r in [r0, r1), the rows walked as the host's
-/// plan (host_row_streams); the same bits for either plan.
+/// y[r] = dot(w row r, x) for r in [r0, r1), the rows walked as `plan`
+/// (float_row_streams); the same bits for every plan.
 template <class T>
-inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0, std::size_t r1) noexcept {
-  switch (host_row_streams()) {
+inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0, std::size_t r1,
+                        row_streams plan = host_row_streams()) noexcept {
+  switch (plan) {
     case row_streams::wide: return matvec_rows_as<row_streams::wide>(w, cols, x, y, r0, r1);
+    case row_streams::far: return matvec_rows_as<row_streams::far>(w, cols, x, y, r0, r1);
     case row_streams::pairs_ahead: return matvec_rows_as<row_streams::pairs_ahead>(w, cols, x, y, r0, r1);
     case row_streams::pairs: break;
   }
@@ -203,11 +220,11 @@ inline constexpr std::size_t row_block(dtype t) noexcept {
 /// chunks. Measured on AMD with AVX-512 only (row_streams::pairs and
 /// pairs_ahead; on the Zen 5 host the two splits were level, TinyLlama f16
 /// guided 0.99 [0.94, 1.07] of these chunks' token time): Intel
-/// (row_streams::wide, eight streams a thread) and AVX2 builds keep the
+/// (row_streams::wide and far) and AVX2 builds keep the
 /// guided chunks until measured.
 inline std::size_t float_decode_chunk_bytes() noexcept {
 #if defined(__AVX512F__)
-  return host_row_streams() != row_streams::wide ? std::size_t{512} << 10 : 0;
+  return walks_wide(host_row_streams()) ? 0 : std::size_t{512} << 10;
 #else
   return 0;
 #endif
@@ -242,7 +259,7 @@ inline void matvec(const weight_view& w, const float* x, float* y, thread_pool* 
                              [&](std::size_t b0, std::size_t b1) {
                                const std::size_t r0 = b0 * detail::matvec_row_block;
                                const std::size_t r1 = std::min(rows, b1 * detail::matvec_row_block);
-                               detail::matvec_rows(data, cols, x, y, r0, r1);
+                               detail::matvec_rows(data, cols, x, y, r0, r1, float_row_streams(w.huge_pages));
                              });
   });
 }
@@ -268,7 +285,7 @@ inline void matvec_row_range(const weight_view& w, const float* x, float* y, std
     sub.rows = r1 - r0;
     return quantized_linear(sub, x, 1, y + r0, nullptr, /*reference=*/false, acts);
   }
-  visit_weight(w, [&](const auto* data) { matvec_rows(data, w.cols, x, y, r0, r1); });
+  visit_weight(w, [&](const auto* data) { matvec_rows(data, w.cols, x, y, r0, r1, float_row_streams(w.huge_pages)); });
 }
 
 inline std::size_t matvec_blocks(const weight_view& w) noexcept {

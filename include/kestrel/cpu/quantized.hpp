@@ -718,7 +718,7 @@ inline void x16_linear(const weight_view& w, const float* x, std::size_t n_token
       // eight; the rest four and two), each block's successor asked into L1
       // unit by unit (x16_pairs); elsewhere one panel at a time, as
       // x16_ahead_for chooses. The same bits either way.
-      if (cpu::host_row_streams() == cpu::row_streams::wide)
+      if (cpu::walks_wide(cpu::host_row_streams()))
         x16_walk(rows, n_tokens, pool, work, y, tokens, [&](std::size_t p, std::size_t half, float* out) {
           quant::detail::x16::x16_pairs(panels + p * nb, half, a, nb, out);
         });

@@ -31,6 +31,12 @@
 //   0.70x the token time, q8_0 0.76-0.80x (bench/README.md).
 //   (Prefill's float GEMM takes one pass over the columns on every
 //   AVX-512 host, whatever the plan: cpu/gemm.hpp.)
+// - Intel, float rows in 2 MiB pages (cpu_backend's copy of the weights,
+//   weight_view::huge_pages): row_streams::far, one stream of f32 rows
+//   (16-bit rows two) per thread, each line asked for 3 KiB ahead into L2,
+//   and wide for everything else. Measured on the AMX Xeon (family 6 model
+//   167) only; in 4 KiB pages (the file mapping) the same walk took 1.10x
+//   wide's time (cpu/matvec.hpp).
 // The choice changes only the order in which memory is read: every row and
 // every output runs the same operations whatever is beside it, so the
 // results are the same bits either way (tests/cpu/test_linear.cpp,
@@ -38,8 +44,9 @@
 // AVX2-only builds keep their own measured settings (cpu/matvec.hpp,
 // quant/legacy_decode.hpp).
 //
-// KESTREL_ROW_STREAMS=pairs|pairs_ahead|wide in the environment overrides
-// the choice (read once, at the first decode), to measure each on one host.
+// KESTREL_ROW_STREAMS=pairs|pairs_ahead|wide|far in the environment
+// overrides the choice (read once, at the first decode), to measure each on
+// one host; far then walks float rows so wherever they lie.
 #pragma once
 
 #include <cstdlib>
@@ -56,16 +63,21 @@ enum class row_streams : unsigned char {
   pairs,        ///< two streams per thread, short prefetch: AMD to Zen 4, and every host not known to want more
   pairs_ahead,  ///< pairs, 16-bit float rows and legacy blocks prefetched 2 KiB ahead, k-quant x16 blocks one block ahead: AMD Zen 5
   wide,         ///< eight streams of float rows and of legacy blocks, 1 KiB prefetch; x16 panels in pairs: Intel
+  far,          ///< wide, but float rows in one stream (16-bit rows two) asked for 3 KiB ahead into L2: Intel, rows in 2 MiB pages
 };
+
+/// Whether kernels other than the float rows' walk as wide (far is wide for them).
+inline constexpr bool walks_wide(row_streams p) noexcept { return p == row_streams::wide || p == row_streams::far; }
 
 /// The plan for the CPU this runs on: wide for Intel ("GenuineIntel"),
 /// pairs_ahead for AMD family 1Ah (Zen 5), pairs otherwise;
-/// KESTREL_ROW_STREAMS=pairs|pairs_ahead|wide overrides it.
+/// KESTREL_ROW_STREAMS=pairs|pairs_ahead|wide|far overrides it.
 inline row_streams detect_row_streams() noexcept {
   if (const char* e = std::getenv("KESTREL_ROW_STREAMS")) {
     if (std::strcmp(e, "wide") == 0) return row_streams::wide;
     if (std::strcmp(e, "pairs") == 0) return row_streams::pairs;
     if (std::strcmp(e, "pairs_ahead") == 0) return row_streams::pairs_ahead;
+    if (std::strcmp(e, "far") == 0) return row_streams::far;
   }
 #if defined(__x86_64__) || defined(__i386__)
   unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -85,6 +97,15 @@ inline row_streams detect_row_streams() noexcept {
 inline row_streams host_row_streams() noexcept {
   static const row_streams s = detect_row_streams();
   return s;
+}
+
+/// The plan for float rows (cpu/matvec.hpp) that lie in 2 MiB pages or not
+/// (weight_view::huge_pages): the host's, with far in place of wide where
+/// they do. Only the float rows' walk differs between the two; every other
+/// kernel reads far as wide.
+inline row_streams float_row_streams(bool huge_pages) noexcept {
+  const row_streams p = host_row_streams();
+  return p == row_streams::wide && huge_pages ? row_streams::far : p;
 }
 
 }  // namespace kestrel::cpu

@@ -319,6 +319,7 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
     if (p.first != i) {  // a matrix an earlier view placed: this view follows it, copied or not
       views[i]->data = views[p.first]->data;
       views[i]->type = views[p.first]->type;
+      views[i]->huge_pages = views[p.first]->huge_pages;
       continue;
     }
     const bool relayout = p.type != views[i]->type;
@@ -340,6 +341,7 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
     }
     views[i]->data = dst;
     views[i]->type = p.type;
+    views[i]->huge_pages = true;
   }
   w.copied_bytes = copied;
   // The norms and biases too, into a plain buffer: then nothing but the
