@@ -20,7 +20,9 @@
 # four times as A B A B, read 1.00 / 0.98 / 1.015 / 1.074 (the last copy
 # slowest); with file, HEAD listed first and last read 1.000 / 0.997. So
 # for large models compare with --placement file, and list a build twice
-# (first and last) to see the spread.
+# (first and last) to see the spread. --placement file on a file that lies
+# on a tmpfs mounted huge=always compares in 2 MiB pages, the same for all
+# builds (bench/README.md).
 #
 #   bench/ab_decode.sh MODEL REV REV... [--seconds 60] [--ctx 64] [--prefill N] [-t 2] [--placement P] [--work DIR]
 #
@@ -40,7 +42,7 @@ while [ $# -gt 0 ]; do
     -t) threads=$2; shift 2 ;;
     --placement) export AB_PLACEMENT=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
-    -h|--help) sed -n 2,28p "$0"; exit 0 ;;
+    -h|--help) sed -n 2,30p "$0"; exit 0 ;;
     -*) echo "error: unknown option $1" >&2; exit 1 ;;
     *) args+=("$1"); shift ;;
   esac

@@ -92,7 +92,7 @@ TEST_CASE("cpu: matvec == ref::matvec") {
 }
 
 TEST_CASE("cpu: matvec's rows give the same bits walked as every row_streams plan") {
-  // The plan (cpu/streaming.hpp) only orders the rows' reads: 1, 2 or 8
+  // The plan (cpu/streaming.hpp) only orders the rows' reads: 2 or 8
   // streams side by side, the rows past a multiple of the streams alone,
   // and how far ahead each stream is prefetched (pairs_ahead: 16-bit rows
   // only; far: into L2). Row counts around 8 and 16, and ranges starting
@@ -138,11 +138,12 @@ TEST_CASE("cpu: KESTREL_ROW_STREAMS names the plan") {
     ::setenv("KESTREL_ROW_STREAMS", name, 1);
     CHECK(cpu::detect_row_streams() == plan);
   }
-  // Float rows in huge pages walk as far where the host's plan is wide;
-  // every other plan, and rows in small pages, keep the host's.
+  // 16-bit float rows in huge pages walk as far where the host's plan is
+  // wide; f32 rows, every other plan, and rows in small pages keep the host's.
   const cpu::row_streams cached = cpu::host_row_streams();
-  CHECK(cpu::float_row_streams(false) == cached);
-  CHECK(cpu::float_row_streams(true) == (cached == cpu::row_streams::wide ? cpu::row_streams::far : cached));
+  CHECK(cpu::float_row_streams(false, 2) == cached);
+  CHECK(cpu::float_row_streams(true, 4) == cached);
+  CHECK(cpu::float_row_streams(true, 2) == (cached == cpu::row_streams::wide ? cpu::row_streams::far : cached));
   CHECK(cpu::walks_wide(cpu::row_streams::far));
   CHECK_FALSE(cpu::walks_wide(cpu::row_streams::pairs_ahead));
   ::setenv("KESTREL_ROW_STREAMS", "sideways", 1);

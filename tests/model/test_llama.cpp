@@ -341,7 +341,7 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
   CHECK(in_place.weights().layers[0].wq.data == file.layers[0].wq.data);
   CHECK((copied.weights().layers[0].wq.data != file.layers[0].wq.data) == transparent_huge_pages());
   // The copy's views say they lie in huge pages (decode's float rows walk
-  // them as cpu::float_row_streams(true)); the file's do not.
+  // them as cpu::float_row_streams says); the file's do not.
   CHECK(copied.weights().layers[0].wq.huge_pages == transparent_huge_pages());
   CHECK(copied.weights().output.huge_pages == transparent_huge_pages());
   CHECK_FALSE(in_place.weights().layers[0].wq.huge_pages);

@@ -54,14 +54,14 @@ namespace detail {
 /// (bench/ab_decode.sh, TinyLlama f16, token time against 2 streams, 1
 /// KiB prefetch beside each) 4 streams 0.80, 8 0.70; 16 took 1.09x the
 /// time of 8 (one run each, 4-5 alternated rounds). row_streams::far
-/// (Intel, rows in 2 MiB pages) takes one stream of f32 rows and two of
-/// 16-bit rows, asked for far ahead (matvec_prefetch_bytes).
+/// (Intel, 16-bit rows in 2 MiB pages) takes two, asked for far ahead
+/// (matvec_prefetch_bytes).
 template <class T, row_streams P>
 inline constexpr std::size_t matvec_streams =
 #if defined(__AVX2__) && !defined(__AVX512F__)
     sizeof(T) == 4 ? 4 : 2;
 #else
-    P == row_streams::wide ? 8 : P == row_streams::far && sizeof(T) == 4 ? 1 : 2;
+    P == row_streams::wide ? 8 : 2;
 #endif
 
 /// Software prefetch of matvec_rows' streams, bytes ahead, non-temporal, once
@@ -93,18 +93,21 @@ inline constexpr std::size_t matvec_streams =
 /// against the first line alone: 0.980 [0.977, 0.990] read in place in the
 /// file mapping (bench/ab_decode.sh --placement file), level in huge pages
 /// (1.007 and 0.992 in the two orders).
-/// row_streams::far, the same host with the rows in 2 MiB pages: one
-/// stream of f32 rows, two of f16, every line asked for 3 KiB ahead into
-/// L2. bench/ab_decode.sh with the files on a tmpfs mounted huge=always
-/// (read in place, so every build reads the same 2 MiB pages), token time
-/// against wide, median [quartiles]: TinyLlama f32, one stream 3 KiB into
-/// L2 0.955 [0.949, 0.960] and 0.981 [0.975, 0.987] (two runs), 4 KiB
-/// 1.034, 1 KiB into L1 1.070; two streams 3 KiB into L2 1.001, 4 KiB
-/// 1.016, 2 KiB into L1 1.048. TinyLlama f16,
-/// one stream 2 / 3 / 6 KiB into L2 1.086 / 0.979 / 1.001, two streams 3
-/// KiB 0.966 [0.960, 0.969]. In the page cache's 4 KiB pages one f32
-/// stream 3 KiB into L2 took 1.098x wide's time, 2 KiB into L1 1.175x: so
-/// far only where the rows lie in 2 MiB pages (float_row_streams).
+/// row_streams::far, the same host with 16-bit rows in 2 MiB pages: two
+/// streams, every line asked for 3 KiB ahead into L2. bench/ab_decode.sh
+/// with the files on a tmpfs mounted huge=always (read in place, so every
+/// build reads the same 2 MiB pages), token time against wide, median
+/// [quartiles]: TinyLlama f16, two streams 3 KiB into L2 0.966 [0.960,
+/// 0.969] and 0.965 [0.946, 0.980] (the second with each stream's first 3
+/// KiB asked for at its start); one stream 2 / 3 / 6 KiB into L2 1.086 /
+/// 0.979 / 1.001. 110M f16 0.991 [0.973, 1.008]. f32 rows keep wide's walk
+/// in any pages: one stream 3 KiB into L2 read TinyLlama f32 at 0.955,
+/// 0.981 and 1.008 in three runs, 110M f32 at 1.025 and 1.003; with each
+/// stream's first 3 KiB asked for at its start 1.054 and 0.942; two streams
+/// 3 KiB into L2 1.001, 4 KiB 1.016; one stream 4 KiB 1.034, 1 KiB into L1
+/// 1.070. In the page cache's 4 KiB pages one f32 stream 3 KiB into L2 took
+/// 1.098x wide's time, 2 KiB into L1 1.175x (a run of 2026-12-04): so far
+/// only where the rows lie in 2 MiB pages (float_row_streams).
 #if defined(__AVX2__) && !defined(__AVX512F__)
 template <class T, row_streams P> inline constexpr std::size_t matvec_prefetch_bytes = 576;
 template <row_streams P> inline constexpr int matvec_prefetch_locality = 0;  // non-temporal
@@ -259,7 +262,8 @@ inline void matvec(const weight_view& w, const float* x, float* y, thread_pool* 
                              [&](std::size_t b0, std::size_t b1) {
                                const std::size_t r0 = b0 * detail::matvec_row_block;
                                const std::size_t r1 = std::min(rows, b1 * detail::matvec_row_block);
-                               detail::matvec_rows(data, cols, x, y, r0, r1, float_row_streams(w.huge_pages));
+                               detail::matvec_rows(data, cols, x, y, r0, r1,
+                                                   float_row_streams(w.huge_pages, sizeof(*data)));
                              });
   });
 }
@@ -285,7 +289,9 @@ inline void matvec_row_range(const weight_view& w, const float* x, float* y, std
     sub.rows = r1 - r0;
     return quantized_linear(sub, x, 1, y + r0, nullptr, /*reference=*/false, acts);
   }
-  visit_weight(w, [&](const auto* data) { matvec_rows(data, w.cols, x, y, r0, r1, float_row_streams(w.huge_pages)); });
+  visit_weight(w, [&](const auto* data) {
+    matvec_rows(data, w.cols, x, y, r0, r1, float_row_streams(w.huge_pages, sizeof(*data)));
+  });
 }
 
 inline std::size_t matvec_blocks(const weight_view& w) noexcept {

@@ -31,12 +31,13 @@
 //   0.70x the token time, q8_0 0.76-0.80x (bench/README.md).
 //   (Prefill's float GEMM takes one pass over the columns on every
 //   AVX-512 host, whatever the plan: cpu/gemm.hpp.)
-// - Intel, float rows in 2 MiB pages (cpu_backend's copy of the weights,
-//   weight_view::huge_pages): row_streams::far, one stream of f32 rows
-//   (16-bit rows two) per thread, each line asked for 3 KiB ahead into L2,
-//   and wide for everything else. Measured on the AMX Xeon (family 6 model
-//   167) only; in 4 KiB pages (the file mapping) the same walk took 1.10x
-//   wide's time (cpu/matvec.hpp).
+// - Intel, f16 and bf16 rows in 2 MiB pages (cpu_backend's copy of the
+//   weights, weight_view::huge_pages): row_streams::far, two streams per
+//   thread, each line asked for 3 KiB ahead into L2 (TinyLlama f16 0.965
+//   of wide's token time); wide for everything else (f32 rows and legacy
+//   blocks measured no gain so, cpu/matvec.hpp, quant/legacy_decode.hpp).
+//   Measured on the AMX Xeon (family 6 model 167) only; in 4 KiB pages
+//   (the file mapping) such a walk lost (1.10x wide's time).
 // The choice changes only the order in which memory is read: every row and
 // every output runs the same operations whatever is beside it, so the
 // results are the same bits either way (tests/cpu/test_linear.cpp,
@@ -49,6 +50,7 @@
 // one host; far then walks float rows so wherever they lie.
 #pragma once
 
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 
@@ -63,7 +65,7 @@ enum class row_streams : unsigned char {
   pairs,        ///< two streams per thread, short prefetch: AMD to Zen 4, and every host not known to want more
   pairs_ahead,  ///< pairs, 16-bit float rows and legacy blocks prefetched 2 KiB ahead, k-quant x16 blocks one block ahead: AMD Zen 5
   wide,         ///< eight streams of float rows and of legacy blocks, 1 KiB prefetch; x16 panels in pairs: Intel
-  far,          ///< wide, but float rows in one stream (16-bit rows two) asked for 3 KiB ahead into L2: Intel, rows in 2 MiB pages
+  far,          ///< wide, but 16-bit float rows in two streams asked for 3 KiB ahead into L2: Intel, rows in 2 MiB pages
 };
 
 /// Whether kernels other than the float rows' walk as wide (far is wide for them).
@@ -99,13 +101,14 @@ inline row_streams host_row_streams() noexcept {
   return s;
 }
 
-/// The plan for float rows (cpu/matvec.hpp) that lie in 2 MiB pages or not
-/// (weight_view::huge_pages): the host's, with far in place of wide where
-/// they do. Only the float rows' walk differs between the two; every other
-/// kernel reads far as wide.
-inline row_streams float_row_streams(bool huge_pages) noexcept {
+/// The plan for float rows (cpu/matvec.hpp) of element_bytes each (4: f32,
+/// 2: f16 or bf16) that lie in 2 MiB pages or not (weight_view::huge_pages):
+/// the host's, with far in place of wide for 16-bit rows in 2 MiB pages.
+/// Only the float rows' walk differs between the two; every other kernel
+/// reads far as wide.
+inline row_streams float_row_streams(bool huge_pages, std::size_t element_bytes) noexcept {
   const row_streams p = host_row_streams();
-  return p == row_streams::wide && huge_pages ? row_streams::far : p;
+  return p == row_streams::wide && huge_pages && element_bytes == 2 ? row_streams::far : p;
 }
 
 }  // namespace kestrel::cpu
