@@ -36,8 +36,9 @@
 //   thread, each line asked for 3 KiB ahead into L2 (TinyLlama f16 0.965
 //   of wide's token time); wide for everything else (f32 rows and legacy
 //   blocks measured no gain so, cpu/matvec.hpp, quant/legacy_decode.hpp).
-//   Measured on the AMX Xeon (family 6 model 167) only; in 4 KiB pages
-//   (the file mapping) such a walk lost (1.10x wide's time).
+//   Measured on the AMX Xeon (family 6 model 167) only, and with f16 rows
+//   only (bf16 rows take it as the same bytes); in 4 KiB pages (the file
+//   mapping) such a walk lost (1.10x wide's time).
 // The choice changes only the order in which memory is read: every row and
 // every output runs the same operations whatever is beside it, so the
 // results are the same bits either way (tests/cpu/test_linear.cpp,

@@ -503,12 +503,12 @@ inline void sum2(__m512 u, __m512 v, float* su, float* sv) noexcept {
 /// 0.86 / 0.83 [0.77, 0.90], q4_0 1.10 / 1.02 / 0.95 [0.86, 1.04], 110M
 /// q4_0 1.07 / 0.97 / 0.90 [0.83, 0.97]; a second run, 2048 / 4096 bytes:
 /// TinyLlama q8_0 0.85 [0.81, 0.87] / 0.87, 110M q4_0 0.93 / 0.90.
-/// What made float rows in 2 MiB pages faster on the AMX Xeon
+/// What made 16-bit float rows in 2 MiB pages faster on the AMX Xeon
 /// (row_streams::far, cpu/matvec.hpp) did not carry over: TinyLlama q8_0
 /// read in place from a tmpfs in 2 MiB pages, token time against wide's
 /// eight streams 1 KiB into L1, median of 52-53 rounds: one stream 3 / 6
-/// KiB into L2 1.11 / 1.10, two 3 KiB into L2 1.09, four 1.04, eight 3 KiB
-/// into L2 1.03, eight 2 KiB into L1 1.01. So far reads legacy blocks as wide.
+/// KiB into L2 1.11 / 1.10, two streams 3 KiB into L2 1.09, four 1.04,
+/// eight 1.03, eight 2 KiB into L1 1.01. So far reads legacy blocks as wide.
 inline constexpr std::size_t prefetch_ahead(cpu::row_streams plan) noexcept {
   switch (plan) {
     case cpu::row_streams::wide:
