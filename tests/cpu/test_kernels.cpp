@@ -778,7 +778,8 @@ TEST_CASE("cpu: float decode products in fixed chunks (float_decode_for) give on
           cpu::detail::float_decode_for(
               pool, blocks, 4 * cols * sizeof(*data), rows * cols,
               [&](std::size_t b0, std::size_t b1) {
-                cpu::detail::matvec_rows(data, cols, x.data(), got.data(), 4 * b0, std::min(rows, 4 * b1));
+                cpu::detail::matvec_rows(data, cols, x.data(), got.data(), 4 * b0, std::min(rows, 4 * b1),
+                                         cpu::host_row_streams());
               },
               chunk_bytes);
         });

@@ -181,7 +181,7 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
 /// (float_row_streams); the same bits for every plan.
 template <class T>
 inline void matvec_rows(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0, std::size_t r1,
-                        row_streams plan = host_row_streams()) noexcept {
+                        row_streams plan) noexcept {
   switch (plan) {
     case row_streams::wide: return matvec_rows_as<row_streams::wide>(w, cols, x, y, r0, r1);
     case row_streams::far: return matvec_rows_as<row_streams::far>(w, cols, x, y, r0, r1);
@@ -258,12 +258,12 @@ inline void matvec(const weight_view& w, const float* x, float* y, thread_pool* 
   visit_weight(w, [&](const auto* data) {
     const std::size_t rows = w.rows, cols = w.cols;
     const std::size_t blocks = (rows + detail::matvec_row_block - 1) / detail::matvec_row_block;
+    const row_streams plan = float_row_streams(w.huge_pages, sizeof(*data));
     detail::float_decode_for(pool, blocks, detail::matvec_row_block * cols * sizeof(*data), rows * cols,
                              [&](std::size_t b0, std::size_t b1) {
                                const std::size_t r0 = b0 * detail::matvec_row_block;
                                const std::size_t r1 = std::min(rows, b1 * detail::matvec_row_block);
-                               detail::matvec_rows(data, cols, x, y, r0, r1,
-                                                   float_row_streams(w.huge_pages, sizeof(*data)));
+                               detail::matvec_rows(data, cols, x, y, r0, r1, plan);
                              });
   });
 }
