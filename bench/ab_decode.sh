@@ -40,7 +40,12 @@ while [ $# -gt 0 ]; do
     --ctx) ctx=$2; shift 2 ;;
     --prefill) ctx=$2 mode=(--prefill); shift 2 ;;
     -t) threads=$2; shift 2 ;;
-    --placement) export AB_PLACEMENT=$2; shift 2 ;;
+    --placement)
+      case "$2" in
+        file|huge_pages|automatic) export AB_PLACEMENT=$2 ;;
+        *) echo "error: --placement takes file, huge_pages or automatic, not '$2'" >&2; exit 1 ;;
+      esac
+      shift 2 ;;
     --work) work=$2; shift 2 ;;
     -h|--help) sed -n 2,30p "$0"; exit 0 ;;
     -*) echo "error: unknown option $1" >&2; exit 1 ;;
