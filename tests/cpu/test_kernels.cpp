@@ -388,8 +388,26 @@ namespace {
 /// The tolerance of a fast attend-like computation against ref::attend, per
 /// element of the output (derivation in "cpu: attend == ref::attend"). k, v:
 /// the n_kv attended rows; p_ref: ref::attend's weights (its scratch).
+///
+/// bf16_split: the fast computation is attend_block_amx's (cpu/attend_amx.hpp),
+/// whose products are of operands split into two bf16, x = hi + lo + e with
+/// |e| <= 2^-16 |x| (hi rounds x to 8 bits: |x - hi| <= 2^-8 |x|; lo rounds
+/// that to 8 bits), summed as hi*hi + hi*lo + lo*hi. Per product x y: the
+/// splits' errors 2 * 2^-16 (1 + 2^-16) |x y|, the dropped lo*lo (each lo
+/// <= 2^-8 (1 + 2^-8) of its operand) 2^-16 (1 + 2^-8)^2 |x y|: together
+/// within split_rel = 3.1 * 2^-16 of |x y|. The 3n products of n pairs are
+/// exact in f32 (8 x 8 bits) and summed in f32 in some order: gamma_{3n}
+/// times their magnitudes, which are within 1.02 |x y|. So a score is within
+/// (split_rel + 1.02 gamma_{3d}) scale sum |q k_t| + u |s_t| of exact (the
+/// scale multiply after), and a weighted sum within (split_rel + 1.02
+/// gamma_{3 n_kv}) of sum_t p_t |v_t| over the fast weights, which are
+/// within (1 + rho) of the reference's. (The tiles flush denormal results to
+/// 0: absolute errors below 2^-126 per addition, far under softmax_abs_tol.)
 std::vector<double> attend_tol(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
-                               std::size_t kv_stride, float scale, const float* p_ref) {
+                               std::size_t kv_stride, float scale, const float* p_ref, bool bf16_split = false) {
+  const double split_rel = 3.1 * std::ldexp(1.0, -16);
+  const double fast_dot = bf16_split ? split_rel + 1.02 * gamma_n(3 * head_dim) : gamma_n(head_dim);
+  const double fast_sum = bf16_split ? split_rel + 1.02 * gamma_n(3 * n_kv) : gamma_n(n_kv);
   double d = 0;
   for (std::size_t t = 0; t < n_kv; ++t) {
     double qk = 0, s = 0;
@@ -397,14 +415,14 @@ std::vector<double> attend_tol(const float* q, const float* k, const float* v, s
       qk += std::fabs(double(q[i]) * k[t * kv_stride + i]);
       s += double(q[i]) * k[t * kv_stride + i];
     }
-    d = std::max(d, 2 * (gamma_n(head_dim) * scale * qk + u * std::fabs(scale * s)));
+    d = std::max(d, (fast_dot + gamma_n(head_dim)) * scale * qk + 2 * u * std::fabs(scale * s));
   }
   const double rho = std::expm1(2 * d) + softmax_rel_tol(n_kv);
   std::vector<double> tol(head_dim);
   for (std::size_t j = 0; j < head_dim; ++j) {
     double pv = 0;
     for (std::size_t t = 0; t < n_kv; ++t) pv += p_ref[t] * std::fabs(v[t * kv_stride + j]);
-    tol[j] = (rho * (1 + rho) + 2 * gamma_n(n_kv)) * pv + softmax_abs_tol;
+    tol[j] = (rho * (1 + rho) + fast_sum * (1 + rho) + gamma_n(n_kv)) * pv + softmax_abs_tol;
   }
   return tol;
 }
@@ -615,6 +633,97 @@ TEST_CASE("cpu: attend_block == ref::attend per (query, head)") {
     }
   }
   MESSAGE("attend_block: " << cases << " shapes");
+}
+
+TEST_CASE("cpu: attend_block_amx == ref::attend per (query, head)") {
+  // Each row within attend_tol(bf16_split) of ref::attend of its query (the
+  // derivation is there), over an f32 cache and an f16 one (whose values
+  // the splits hold exactly, so the same bound holds with room). Shapes:
+  // heads of 1, 2 and 4 chunks of 32; one row to several row tiles of 16
+  // (rows = nq x group not a multiple of 16: padded rows); blocks after
+  // cached tokens; windows shorter and longer than the block; strides
+  // larger than the head. Cache rows the block must not read, and the
+  // scratch, hold NaN; nothing outside the rows may be written.
+  if (!cpu::attend_amx_available(64)) {
+    MESSAGE("skipped: no AMX-BF16 tiles on this CPU (or KESTREL_AMX=0)");
+    return;
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN(), sentinel = 12345.0f;
+  std::size_t cases = 0;
+  for (bool f16_cache : {false, true})
+    for (std::size_t head_dim : {32, 64, 128})
+      for (std::size_t group : {1, 3, 8})
+        for (std::size_t nq : {1, 5, 40})
+          for (std::size_t pos0 : {0, 70})
+            for (std::size_t window : {0, 9, 50}) {
+              const std::size_t kv_stride = f16_cache ? head_dim + 8 : head_dim;
+              const auto seed = static_cast<std::uint32_t>(((head_dim * 5 + group) * 71 + nq) * 97 + pos0 * 3 + window + f16_cache);
+              const std::size_t q_stride = group * head_dim + 5, n_pos = pos0 + nq;
+              const std::size_t first = window && pos0 + 1 > window ? pos0 + 1 - window : 0;
+              const auto q = random_floats(nq * q_stride, seed, -3.0f, 3.0f);
+              auto k = random_floats((n_pos + 2) * kv_stride, seed + 1, -3.0f, 3.0f);
+              auto v = random_floats((n_pos + 2) * kv_stride, seed + 2);
+              std::vector<kestrel::f16> k16(k.size()), v16(v.size());
+              for (std::size_t i = 0; i < k.size(); ++i) {
+                const bool unread = i / kv_stride < first || i / kv_stride >= n_pos || i % kv_stride >= head_dim;
+                if (f16_cache) {  // the reference reads the f16 values as floats
+                  k16[i] = kestrel::to_f16(unread ? nan : k[i]);
+                  v16[i] = kestrel::to_f16(unread ? nan : v[i]);
+                  k[i] = kestrel::to_f32(k16[i]);
+                  v[i] = kestrel::to_f32(v16[i]);
+                } else if (unread) {
+                  k[i] = v[i] = nan;
+                }
+              }
+              std::vector<float> got(nq * q_stride, sentinel);
+              auto run = [&](auto* kp, auto* vp) {
+                cpu::basic_attend_block_args<std::remove_const_t<std::remove_pointer_t<decltype(kp)>>> a;
+                a.q = q.data();
+                a.q_stride = q_stride;
+                a.k = kp;
+                a.v = vp;
+                a.kv_stride = kv_stride;
+                a.out = got.data();
+                a.out_stride = q_stride;
+                a.nq = nq;
+                a.group = group;
+                a.head_dim = head_dim;
+                a.pos0 = pos0;
+                a.window = window;
+                a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+                std::vector<float> scratch(cpu::attend_block_amx_scratch_size(a), nan);
+                cpu::attend_block_amx(a, scratch.data());
+                return a.scale;
+              };
+              const float scale = f16_cache ? run(k16.data(), v16.data()) : run(k.data(), v.data());
+
+              std::vector<float> got_rows, want_rows, p(n_pos);
+              std::vector<double> tol;
+              for (std::size_t i = 0; i < nq; ++i) {
+                const std::size_t pos = pos0 + i, f = window && pos + 1 > window ? pos + 1 - window : 0;
+                for (std::size_t g = 0; g < group; ++g) {
+                  const float* qr = q.data() + i * q_stride + g * head_dim;
+                  std::vector<float> o(head_dim);
+                  ref::attend(qr, k.data() + f * kv_stride, v.data() + f * kv_stride, pos + 1 - f, head_dim, kv_stride,
+                              scale, o.data(), p.data());
+                  const auto t = attend_tol(qr, k.data() + f * kv_stride, v.data() + f * kv_stride, pos + 1 - f,
+                                            head_dim, kv_stride, scale, p.data(), true);
+                  tol.insert(tol.end(), t.begin(), t.end());
+                  const float* gr = got.data() + i * q_stride + g * head_dim;
+                  got_rows.insert(got_rows.end(), gr, gr + head_dim);
+                  want_rows.insert(want_rows.end(), o.begin(), o.end());
+                }
+              }
+              INFO("f16 cache " << f16_cache << " head_dim " << head_dim << " group " << group << " nq " << nq
+                                << " pos0 " << pos0 << " window " << window);
+              kestrel::test::check_within(got_rows.data(), want_rows.data(), tol, got_rows.size());
+              std::size_t outside = 0;
+              for (std::size_t i = 0; i < nq; ++i)
+                for (std::size_t j = group * head_dim; j < q_stride; ++j) outside += got[i * q_stride + j] != sentinel;
+              CHECK(outside == 0);
+              ++cases;
+            }
+  MESSAGE("attend_block_amx: " << cases << " shapes");
 }
 
 namespace {

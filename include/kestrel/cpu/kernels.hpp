@@ -4,6 +4,7 @@
 
 #include "kestrel/cpu/activation.hpp"
 #include "kestrel/cpu/attend.hpp"
+#include "kestrel/cpu/attend_amx.hpp"
 #include "kestrel/cpu/attend_block.hpp"
 #include "kestrel/cpu/convert.hpp"
 #include "kestrel/cpu/dot.hpp"

@@ -120,6 +120,12 @@ class cpu_backend {
   /// allocated by the first calls of a prompt, then reused.
   template <class T>
   void attend_block(const cpu::basic_attend_block_args<T>& a);
+  /// Optional: rows (queries x heads) per prefill attend_block task. A
+  /// prompt's tasks on AMX tiles (cpu/attend_amx.hpp) share one layout of
+  /// their keys and values among 128 rows; the AVX-512 kernel takes 32.
+  std::size_t attend_block_rows(std::size_t head_dim) const noexcept {
+    return cpu::attend_amx_available(head_dim) ? cpu::attend_amx_rows : 32;
+  }
   template <class F>
   void parallel_for(std::size_t n, F&& f, std::size_t work) { cpu::parallel_for(pool_.get(), n, std::forward<F>(f), work); }
   std::size_t n_threads() const noexcept { return pool_->size(); }
@@ -264,9 +270,13 @@ KESTREL_CPU_BACKEND_FN attend(const float* q, const T* k, const T* v, std::size_
 template <class T>
 KESTREL_CPU_BACKEND_FN attend_block(const cpu::basic_attend_block_args<T>& a) {
   if (a.scratch) return cpu::attend_block(a, a.scratch);
+  // A prompt's block (the caller gives no scratch): on AMX tiles where the
+  // CPU has them and the head is whole 32-element chunks.
   thread_local aligned_buffer<float> scratch;
-  const std::size_t need = cpu::attend_block_scratch_size(a);
+  const bool tiles = cpu::attend_amx_available(a.head_dim);
+  const std::size_t need = tiles ? cpu::attend_block_amx_scratch_size(a) : cpu::attend_block_scratch_size(a);
   if (scratch.size() < need) scratch = aligned_buffer<float>(need);
+  if (tiles) return cpu::attend_block_amx(a, scratch.data());
   cpu::attend_block(a, scratch.data());
 }
 KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {

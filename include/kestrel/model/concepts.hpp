@@ -31,10 +31,13 @@
 //   b.matmul_swiglu(gate, up, x, n, h, s) h = silu(X gate^T) * (X up^T); s: (n, rows) scratch
 // Attention of a block of consecutive queries x the query heads of one KV
 // head (prefill; decode with grouped-query attention, one query), each row
-// within attend()'s tolerance of attend of that query (fallback: attend
-// per (token, head)); called from inside parallel_for, so it must be safe
-// on several threads at once; args.scratch, when set, is the caller's:
+// within attend()'s tolerance of attend of that query, or a prompt's (no
+// args.scratch) within the bf16 splits' (cpu/attend_amx.hpp) (fallback:
+// attend per (token, head)); called from inside parallel_for, so it must be
+// safe on several threads at once; args.scratch, when set, is the caller's;
+// with it, the rows per prompt task the backend's kernel wants (default 32):
 //   b.attend_block(args)                 cpu::attend_block_args (cpu/attend_block.hpp)
+//   b.attend_block_rows(head_dim)        std::size_t
 // RoPE with one position's angles computed by the model, once for all
 // layers (cpu::rope_angles: cs[i], sn[i] for pair i < n_rot / 2), the same
 // bits as b.rope at that position (fallback: b.rope, which computes them):

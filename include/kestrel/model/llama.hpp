@@ -327,9 +327,14 @@ class llama_model {
     } else if constexpr (attends_blocks) {
       // A task's key tiles serve nq x group rows: ~32 keep the transposes a
       // small part of the work (cpu/attend_block.hpp) while giving 2 threads
-      // dozens of tasks for a 512-token chunk. The latest blocks attend the
-      // most keys: they go first, so the chunks taken last are the short ones.
-      const std::size_t n_head_kv = cfg_.n_head_kv(), nq = std::max<std::size_t>(1, 32 / group);
+      // dozens of tasks for a 512-token chunk; a backend whose kernel wants
+      // more says so (attend_block_rows: 128 on AMX tiles, where tasks of
+      // 32 rows took 1.2-1.4x the time, cpu/attend_amx.hpp).
+      // The latest blocks attend the most keys: they go first, so the chunks
+      // taken last are the short ones.
+      std::size_t task_rows = 32;
+      if constexpr (requires(const B& b) { b.attend_block_rows(head_dim); }) task_rows = backend_.attend_block_rows(head_dim);
+      const std::size_t n_head_kv = cfg_.n_head_kv(), nq = std::max<std::size_t>(1, task_rows / group);
       const std::size_t n_blocks = (n + nq - 1) / nq;
       backend_.parallel_for(n_blocks * n_head_kv, [&](std::size_t begin, std::size_t end) {
         for (std::size_t job = begin; job < end; ++job) {

@@ -1,0 +1,320 @@
+// kestrel/cpu/attend_amx.hpp: prefill's block attention on AMX bf16 tiles
+// (the task of attend_block.hpp: nq consecutive queries x the query heads of
+// one KV head), where the CPU has AMX-BF16 and the head is whole 32-element
+// chunks (head_dim % 32 == 0: 64 and 128 in every model we load).
+//
+// The scores S = Q K^T and the weighted sums O = P V run as tile products
+// (tdpbf16ps: 16 x 16 f32 results, each the sum of 32 products of bf16
+// pairs, accumulated in f32). One bf16 has 8 significant bits, too few to
+// stand for an f32 (or an f16 cache's 11), so every operand is split into
+// two: x = hi + lo + e with hi = bf16(x), lo = bf16(x - hi) (x - hi is
+// exact: hi is x rounded), |e| <= 2^-16 |x|, and a product takes three tile
+// products, hi*hi + hi*lo + lo*hi (the dropped lo*lo is within 2^-16 of the
+// product). An f16 value is exactly hi + lo (11 bits fit in two 8-bit
+// halves), so with an f16 cache only q and the weights p carry e. The
+// tolerance this gives against the scalar twin is derived in
+// tests/cpu/test_kernels.cpp ("cpu: attend_block_amx == ref::attend").
+//
+// Per task, the keys and values of its range are split and laid out as B
+// tiles once (keys transposed into 16-key tiles, values as pairs of
+// positions), the queries as A tiles once; per 16-row tile the scores of
+// the key tiles it attends go to a row of scratch, take the softmax of
+// attend_block (scaled first, as attend scales), and the weights, masked to
+// each row's own keys (exact zeros elsewhere), are split into A tiles 32
+// keys at a time. The splitting and the layouts are the work the tiles do
+// not do, so a task should have many rows (the model gives it 128 rows:
+// attend_amx_rows): the keys' and values' layout is then shared by 8 row
+// tiles.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "kestrel/cpu/attend_block.hpp"
+#include "kestrel/cpu/convert.hpp"
+#include "kestrel/cpu/softmax.hpp"
+#include "kestrel/cpu/transpose.hpp"
+#include "kestrel/quant/amx.hpp"
+
+#if defined(KESTREL_AMX) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
+#define KESTREL_AMX_ATTEND 1
+#endif
+
+namespace kestrel::cpu {
+
+/// Rows (queries x heads) per prefill task that suit attend_block_amx: 8
+/// row tiles share one layout of the task's keys and values.
+inline constexpr std::size_t attend_amx_rows = 128;
+
+#if defined(KESTREL_AMX_ATTEND)
+
+namespace detail::amx_attend {
+
+inline constexpr std::size_t tile_floats = 256;  // one tile: 16 rows x 64 bytes
+
+/// x rounded to the nearest bf16 (ties to even), as f32 bits whose low 16
+/// are 0. For finite x (|x| below the largest bf16).
+inline __m512i round_bf16(__m512 x) noexcept {
+  const __m512i b = _mm512_castps_si512(x);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
+  const __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), odd);
+  return _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
+}
+
+/// x = hi + lo + e, |e| <= 2^-16 |x|: hi and lo as f32 bits of bf16 values.
+inline void split(__m512 x, __m512i& hi, __m512i& lo) noexcept {
+  hi = round_bf16(x);
+  lo = round_bf16(_mm512_sub_ps(x, _mm512_castsi512_ps(hi)));
+}
+
+/// 32 bf16 in order (a's 16, then b's) from f32 bits whose low halves are 0.
+inline __m512i pack_order(__m512i a, __m512i b) noexcept {
+  alignas(64) static constexpr std::uint16_t idx[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
+                                                        23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
+                                                        45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
+  return _mm512_permutex2var_epi16(a, _mm512_load_si512(idx), b);
+}
+
+/// Lane i = (bf16 of a[i], bf16 of b[i]): a B tile row of two positions.
+inline __m512i pack_pairs(__m512i a, __m512i b) noexcept { return _mm512_or_si512(_mm512_srli_epi32(a, 16), b); }
+
+/// 16 floats of p, or zeros.
+template <class T>
+inline __m512 load16(const T* p, bool valid) noexcept {
+  return valid ? static_cast<__m512>(load_f32(p)) : _mm512_setzero_ps();
+}
+
+/// C tile `c` (a literal: GCC's tile intrinsics spell their operands into
+/// the instruction) += the hi/lo products of A tiles 4 (hi), 5 (lo) and B
+/// tiles 6 (hi), 7 (lo): hi*hi + hi*lo + lo*hi.
+#define KESTREL_AMX_DP3(c)      \
+  do {                          \
+    _tile_dpbf16ps(c, 4, 6);    \
+    _tile_dpbf16ps(c, 4, 7);    \
+    _tile_dpbf16ps(c, 5, 6);    \
+  } while (0)
+
+/// The scratch's parts, in floats from its start (each a whole number of
+/// 64-byte lines).
+struct layout {
+  std::size_t rows, row_tiles, n_keys, row_len, chunks32, cols16, key_tiles16, key_chunks32;
+  std::size_t s, q, k, v, p, c, total;
+  template <class T>
+  explicit layout(const basic_attend_block_args<T>& a) noexcept {
+    rows = a.nq * a.group;
+    row_tiles = (rows + 15) / 16;
+    n_keys = a.pos0 + a.nq - attend_first(a.pos0, a.window);
+    key_chunks32 = (n_keys + 31) / 32;
+    key_tiles16 = 2 * key_chunks32;
+    row_len = key_chunks32 * 32;
+    chunks32 = a.head_dim / 32;
+    cols16 = a.head_dim / 16;
+    s = 0;                                                  // (row_tiles * 16, row_len) scores, then weights
+    q = s + row_tiles * 16 * row_len;                       // [row tile][chunk][hi, lo] A tiles
+    k = q + row_tiles * chunks32 * 2 * tile_floats;         // [key tile][chunk][hi, lo] B tiles
+    v = k + key_tiles16 * chunks32 * 2 * tile_floats;       // [key chunk][column tile][hi, lo] B tiles
+    p = v + key_chunks32 * cols16 * 2 * tile_floats;        // A tiles hi, lo of the weights
+    c = p + 2 * tile_floats;                                // one C tile out
+    total = c + tile_floats + 16;                           // + 16: room to align the start to 64 bytes
+  }
+};
+
+}  // namespace detail::amx_attend
+
+/// Whether attend_block_amx runs here and takes heads of this size.
+inline bool attend_amx_available(std::size_t head_dim) noexcept {
+  return head_dim > 0 && head_dim % 32 == 0 && quant::amx_enabled();
+}
+
+/// Floats of scratch attend_block_amx(a, scratch) needs.
+template <class T>
+inline std::size_t attend_block_amx_scratch_size(const basic_attend_block_args<T>& a) noexcept {
+  if (a.nq == 0 || a.group == 0) return 0;
+  return detail::amx_attend::layout(a).total;
+}
+
+/// attend_block(a) on AMX tiles; attend_amx_available(a.head_dim) must
+/// hold. Each row as attend() of its query over its own keys, within the
+/// bound derived for the bf16 splits (above). scratch:
+/// attend_block_amx_scratch_size(a) floats.
+template <class T>
+inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch) noexcept {
+  namespace D = detail::amx_attend;
+  constexpr std::size_t TF = D::tile_floats;
+  if (a.nq == 0 || a.group == 0) return;
+  const D::layout L(a);
+  float* base_ptr = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t{63});
+  float* S = base_ptr + L.s;
+  float *Qt = base_ptr + L.q, *Kt = base_ptr + L.k, *Vt = base_ptr + L.v, *Pt = base_ptr + L.p, *Ct = base_ptr + L.c;
+  const std::size_t head_dim = a.head_dim, group = a.group, rows = L.rows, n_keys = L.n_keys, row_len = L.row_len;
+  const std::size_t base = attend_first(a.pos0, a.window);
+  const T* k = a.k + base * a.kv_stride;
+  const T* v = a.v + base * a.kv_stride;
+  auto lo_of = [&](std::size_t i) { return attend_first(a.pos0 + i, a.window) - base; };
+  auto hi_of = [&](std::size_t i) { return a.pos0 + i + 1 - base; };  // exclusive
+  auto q_row = [&](std::size_t r) { return a.q + (r / group) * a.q_stride + (r % group) * head_dim; };
+  auto out_row = [&](std::size_t r) { return a.out + (r / group) * a.out_stride + (r % group) * head_dim; };
+  auto store_row = [](float* tile, std::size_t r, __m512i x) { _mm512_store_si512(tile + r * 16, x); };
+
+  // Queries as A tiles: row i of tile [rt][c] = q_row(16 rt + i)[32 c, 32 c + 32).
+  for (std::size_t rt = 0; rt < L.row_tiles; ++rt)
+    for (std::size_t c = 0; c < L.chunks32; ++c) {
+      float* hi = Qt + (rt * L.chunks32 + c) * 2 * TF;
+      for (std::size_t i = 0; i < 16; ++i) {
+        const std::size_t r = rt * 16 + i;
+        __m512i h0, l0, h1, l1;
+        D::split(D::load16(r < rows ? q_row(r) + 32 * c : a.q, r < rows), h0, l0);
+        D::split(D::load16(r < rows ? q_row(r) + 32 * c + 16 : a.q, r < rows), h1, l1);
+        store_row(hi, i, D::pack_order(h0, h1));
+        store_row(hi + TF, i, D::pack_order(l0, l1));
+      }
+    }
+  // Keys as B tiles: row j of tile [kt][c] = the pairs (k_t[32 c + 2 j],
+  // k_t[32 c + 2 j + 1]) of keys t = 16 kt .. 16 kt + 15 (0 past n_keys): a
+  // 16 x 16 transpose of 4-byte pairs.
+  for (std::size_t kt = 0; kt < L.key_tiles16; ++kt)
+    for (std::size_t c = 0; c < L.chunks32; ++c) {
+      __m512 h[16], l[16];
+      for (std::size_t j = 0; j < 16; ++j) {
+        const std::size_t t = kt * 16 + j;
+        const bool ok = t < n_keys;
+        __m512i h0, l0, h1, l1;
+        D::split(D::load16(ok ? k + t * a.kv_stride + 32 * c : k, ok), h0, l0);
+        D::split(D::load16(ok ? k + t * a.kv_stride + 32 * c + 16 : k, ok), h1, l1);
+        h[j] = _mm512_castsi512_ps(D::pack_order(h0, h1));
+        l[j] = _mm512_castsi512_ps(D::pack_order(l0, l1));
+      }
+      detail::transpose16x16(h);
+      detail::transpose16x16(l);
+      float* hi = Kt + (kt * L.chunks32 + c) * 2 * TF;
+      for (std::size_t j = 0; j < 16; ++j) {
+        _mm512_store_ps(hi + j * 16, h[j]);
+        _mm512_store_ps(hi + TF + j * 16, l[j]);
+      }
+    }
+  // Values as B tiles: row p of tile [kc][j] = (v_t[16 j + d], v_{t+1}[16 j
+  // + d]) for d < 16, t = 32 kc + 2 p (0 past n_keys).
+  for (std::size_t kc = 0; kc < L.key_chunks32; ++kc)
+    for (std::size_t p = 0; p < 16; ++p) {
+      const std::size_t t = kc * 32 + 2 * p;
+      const bool ok0 = t < n_keys, ok1 = t + 1 < n_keys;
+      for (std::size_t j = 0; j < L.cols16; ++j) {
+        __m512i ah, al, bh, bl;
+        D::split(D::load16(ok0 ? v + t * a.kv_stride + 16 * j : v, ok0), ah, al);
+        D::split(D::load16(ok1 ? v + (t + 1) * a.kv_stride + 16 * j : v, ok1), bh, bl);
+        float* hi = Vt + (kc * L.cols16 + j) * 2 * TF;
+        store_row(hi, p, D::pack_pairs(ah, bh));
+        store_row(hi + TF, p, D::pack_pairs(al, bl));
+      }
+    }
+
+  quant::detail::amx::tiles_on tiles(64, 16);  // every tile 16 rows x 64 bytes
+  constexpr std::size_t stride = 64;
+  for (std::size_t rt = 0; rt < L.row_tiles; ++rt) {
+    const std::size_t r0 = rt * 16, r1 = std::min(rows, r0 + 16);
+    // Keys [klo, khi): the union of the tile's rows' ranges (ranges grow with the query).
+    const std::size_t klo = lo_of(r0 / group), khi = hi_of((r1 - 1) / group);
+    // Scores of the key tiles the rows attend.
+    for (std::size_t kt = klo / 16; kt * 16 < khi; ++kt) {
+      _tile_zero(0);
+      for (std::size_t c = 0; c < L.chunks32; ++c) {
+        const float* qt = Qt + (rt * L.chunks32 + c) * 2 * TF;
+        const float* kt_ = Kt + (kt * L.chunks32 + c) * 2 * TF;
+        _tile_loadd(4, qt, stride);
+        _tile_loadd(5, qt + TF, stride);
+        _tile_loadd(6, kt_, stride);
+        _tile_loadd(7, kt_ + TF, stride);
+        KESTREL_AMX_DP3(0);
+      }
+      _tile_stored(0, S + r0 * row_len + kt * 16, row_len * sizeof(float));
+    }
+    // Softmax of each row over its own keys, the scores scaled first.
+    const __m512 sc = _mm512_set1_ps(a.scale);
+    for (std::size_t r = r0; r < r1; ++r) {
+      float* s = S + r * row_len;
+      const std::size_t lo = lo_of(r / group), hi = hi_of(r / group);
+      std::size_t t = lo;
+      for (; t + 16 <= hi; t += 16) _mm512_storeu_ps(s + t, _mm512_mul_ps(sc, _mm512_loadu_ps(s + t)));
+      for (; t < hi; ++t) s[t] *= a.scale;
+      softmax(s + lo, hi - lo);
+    }
+    // Weighted sums, 64 dims (4 C tiles) per pass; the weights of 32 keys
+    // as A tiles (hi, lo), each row's own keys only (exact 0 elsewhere).
+    for (std::size_t j0 = 0; j0 < L.cols16; j0 += 4) {
+      const std::size_t nc = std::min<std::size_t>(4, L.cols16 - j0);  // 2 or 4: head_dim % 32 == 0
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (std::size_t kc = klo / 32; kc * 32 < khi; ++kc) {
+        const std::size_t t0 = kc * 32;
+        for (std::size_t i = 0; i < 16; ++i) {
+          const std::size_t r = r0 + i;
+          __m512 x0 = _mm512_setzero_ps(), x1 = _mm512_setzero_ps();
+          if (r < r1) {
+            const std::size_t lo = std::max(lo_of(r / group), t0), hi = std::min(hi_of(r / group), t0 + 32);
+            if (lo < hi) {
+              const std::uint32_t m = static_cast<std::uint32_t>(((std::uint64_t{1} << (hi - lo)) - 1) << (lo - t0));
+              const float* s = S + r * row_len + t0;
+              x0 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m), s);
+              x1 = _mm512_maskz_loadu_ps(static_cast<__mmask16>(m >> 16), s + 16);
+            }
+          }
+          __m512i h0, l0, h1, l1;
+          D::split(x0, h0, l0);
+          D::split(x1, h1, l1);
+          store_row(Pt, i, D::pack_order(h0, h1));
+          store_row(Pt + TF, i, D::pack_order(l0, l1));
+        }
+        _tile_loadd(4, Pt, stride);
+        _tile_loadd(5, Pt + TF, stride);
+        const float* vt = Vt + (kc * L.cols16 + j0) * 2 * TF;
+        _tile_loadd(6, vt, stride);
+        _tile_loadd(7, vt + TF, stride);
+        KESTREL_AMX_DP3(0);
+        _tile_loadd(6, vt + 2 * TF, stride);
+        _tile_loadd(7, vt + 3 * TF, stride);
+        KESTREL_AMX_DP3(1);
+        if (nc == 4) {
+          _tile_loadd(6, vt + 4 * TF, stride);
+          _tile_loadd(7, vt + 5 * TF, stride);
+          KESTREL_AMX_DP3(2);
+          _tile_loadd(6, vt + 6 * TF, stride);
+          _tile_loadd(7, vt + 7 * TF, stride);
+          KESTREL_AMX_DP3(3);
+        }
+      }
+      auto out_tile = [&](std::size_t j) {
+        for (std::size_t r = r0; r < r1; ++r)
+          _mm512_storeu_ps(out_row(r) + 16 * (j0 + j), _mm512_load_ps(Ct + (r - r0) * 16));
+      };
+      _tile_stored(0, Ct, stride);
+      out_tile(0);
+      _tile_stored(1, Ct, stride);
+      out_tile(1);
+      if (nc == 4) {
+        _tile_stored(2, Ct, stride);
+        out_tile(2);
+        _tile_stored(3, Ct, stride);
+        out_tile(3);
+      }
+    }
+  }
+}
+
+#undef KESTREL_AMX_DP3
+
+#else
+
+inline bool attend_amx_available(std::size_t) noexcept { return false; }
+template <class T>
+inline std::size_t attend_block_amx_scratch_size(const basic_attend_block_args<T>&) noexcept {
+  return 0;
+}
+template <class T>
+inline void attend_block_amx(const basic_attend_block_args<T>&, float*) noexcept {}
+
+#endif
+
+}  // namespace kestrel::cpu
