@@ -401,13 +401,16 @@ namespace {
 /// (split_rel + 1.02 gamma_{3d}) scale sum |q k_t| + u |s_t| of exact (the
 /// scale multiply after), and a weighted sum within (split_rel + 1.02
 /// gamma_{3 n_kv}) of sum_t p_t |v_t| over the fast weights, which are
-/// within (1 + rho) of the reference's. (The tiles flush denormal results to
-/// 0: absolute errors below 2^-126 per addition, far under softmax_abs_tol.)
+/// within (1 + rho) of the reference's. The kernel sums exp(s_t - max)
+/// and divides the sum by their sum at the end (1 / sum, then a multiply):
+/// the weights' normalization, rounded on the output instead, 2u more.
+/// (The tiles flush denormal results to 0: absolute errors below 2^-126 per
+/// addition, far under softmax_abs_tol.)
 std::vector<double> attend_tol(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
                                std::size_t kv_stride, float scale, const float* p_ref, bool bf16_split = false) {
   const double split_rel = 3.1 * std::ldexp(1.0, -16);
   const double fast_dot = bf16_split ? split_rel + 1.02 * gamma_n(3 * head_dim) : gamma_n(head_dim);
-  const double fast_sum = bf16_split ? split_rel + 1.02 * gamma_n(3 * n_kv) : gamma_n(n_kv);
+  const double fast_sum = bf16_split ? split_rel + 1.02 * gamma_n(3 * n_kv) + 2 * u : gamma_n(n_kv);
   double d = 0;
   for (std::size_t t = 0; t < n_kv; ++t) {
     double qk = 0, s = 0;
