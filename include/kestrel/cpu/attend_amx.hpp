@@ -26,8 +26,8 @@
 // rows (the model gives it 128: attend_amx_rows): the keys' and values'
 // layout is then shared by 8 row tiles.
 //
-// Measured (one thread, f16 cache, 512 tokens, head_dim 64, every KV head's
-// tasks of one layer, /tmp harness, medians of 7): the 110M shape (12
+// Measured (the harness: one thread, f16 cache, 512 tokens, head_dim 64,
+// every KV head's tasks of one layer, in /tmp, 7 runs): the 110M shape (12
 // heads) 2.7-3.0 ms against attend_block's 4.6-4.7 ms; TinyLlama's (32
 // query heads on 4 KV heads) 7.2-7.9 against 12.5-12.7. Of the tiles'
 // time, the weights' pass (exp) was 37%, the scores' tile products 18%,
@@ -243,8 +243,9 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
     // max s), in bf16 halves (hi, lo) for the keys the tile's chunks of 32
     // cover, exact 0 outside the row's range; the division by the row's sum
     // comes at the end, on the output. One pass for the maximum, one for
-    // the rest: attend_block's softmax, a scale pass before it and a pass
-    // that split its weights into tiles took 2.4x the time (bench/README.md).
+    // the rest: a scale pass, attend_block's softmax and a pass that split
+    // its weights into A tiles took 1.75x the cycles (rdtsc per phase, the
+    // harness below).
     const std::size_t c_lo = klo / 32 * 32, c_hi = (khi + 31) / 32 * 32;
     const __m512 sc = _mm512_set1_ps(a.scale);
     alignas(64) float inv_sum[16];
