@@ -23,15 +23,20 @@
 // into bf16 rows that the weighted sums read as A tiles in place, and each
 // output row is divided by its weights' sum at the end. The splitting and
 // the layouts are the work the tiles do not do, so a task should have many
-// rows (the model gives it 128: attend_amx_rows): the keys' and values'
-// layout is then shared by 8 row tiles.
+// rows (the model gives it 512: attend_amx_rows): the keys' and values'
+// layout is then shared by 32 row tiles.
 //
 // Measured (the harness: one thread, f16 cache, 512 tokens, head_dim 64,
-// every KV head's tasks of one layer, in /tmp, 7 runs): the 110M shape (12
-// heads) 2.7-3.0 ms against attend_block's 4.6-4.7 ms; TinyLlama's (32
-// query heads on 4 KV heads) 7.2-7.9 against 12.5-12.7. Of the tiles'
-// time, the weights' pass (exp) was 37%, the scores' tile products 18%,
-// the weighted sums' 16%, the keys', values' and queries' layouts 22%.
+// every KV head's tasks of one layer, in /tmp, 3 runs each): the 110M shape
+// (12 heads) 2.3 ms against attend_block's 4.6 ms (0.49-0.52); TinyLlama's
+// (32 query heads on 4 KV heads) 5.7-5.8 against 11.7-12.1 (0.48-0.49).
+// Steps, in order, each from the one before: tasks of 128 rows, exp via
+// attend_block's softmax and the weights split in a pass of their own,
+// 0.60-0.72; the weights' one pass, 0.59-0.63; tasks of 512 rows (scratch
+// per row tile), 0.52-0.56; exp_scalef for xsimd's exp, 0.48-0.52. Of the
+// tiles' time now (rdtsc per phase): the weights' pass 37-40%, the scores'
+// tile products 17-22%, the weighted sums' 20%, the layouts of queries,
+// keys and values 14-17%, the output 7%.
 #pragma once
 
 #include <algorithm>
@@ -41,6 +46,7 @@
 
 #include "kestrel/cpu/attend_block.hpp"
 #include "kestrel/cpu/convert.hpp"
+#include "kestrel/cpu/math.hpp"
 #include "kestrel/cpu/softmax.hpp"
 #include "kestrel/cpu/transpose.hpp"
 #include "kestrel/quant/amx.hpp"
@@ -51,9 +57,13 @@
 
 namespace kestrel::cpu {
 
-/// Rows (queries x heads) per prefill task that suit attend_block_amx: 8
-/// row tiles share one layout of the task's keys and values.
-inline constexpr std::size_t attend_amx_rows = 128;
+/// Rows (queries x heads) per prefill task that suit attend_block_amx: 32
+/// row tiles share one layout of the task's keys and values (a 512-token
+/// prompt of one head per task without grouped queries; 64 of TinyLlama's
+/// queries x 8 heads). The scores and weights take scratch for one row tile
+/// at a time, so the rows cost only their queries' layout (256 bytes a row
+/// at head_dim 64).
+inline constexpr std::size_t attend_amx_rows = 512;
 
 #if defined(KESTREL_AMX_ATTEND)
 
@@ -118,12 +128,12 @@ struct layout {
     row_len = key_chunks32 * 32;
     chunks32 = a.head_dim / 32;
     cols16 = a.head_dim / 16;
-    s = 0;                                                  // (row_tiles * 16, row_len) scores, then weights
-    q = s + row_tiles * 16 * row_len;                       // [row tile][chunk][hi, lo] A tiles
+    s = 0;                                                  // (16, row_len): one row tile's scores
+    q = s + 16 * row_len;                                   // [row tile][chunk][hi, lo] A tiles
     k = q + row_tiles * chunks32 * 2 * tile_floats;         // [key tile][chunk][hi, lo] B tiles
     v = k + key_tiles16 * chunks32 * 2 * tile_floats;       // [key chunk][column tile][hi, lo] B tiles
-    p = v + key_chunks32 * cols16 * 2 * tile_floats;        // (row_tiles * 16, row_len) bf16 weights, hi then lo
-    c = p + row_tiles * 16 * row_len;                       // one C tile out
+    p = v + key_chunks32 * cols16 * 2 * tile_floats;        // (16, row_len) bf16 weights, hi then lo
+    c = p + 16 * row_len;                                   // one C tile out
     total = c + tile_floats + 16;                           // + 16: room to align the start to 64 bytes
   }
 };
@@ -156,7 +166,7 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
   float* S = base_ptr + L.s;
   float *Qt = base_ptr + L.q, *Kt = base_ptr + L.k, *Vt = base_ptr + L.v, *Ct = base_ptr + L.c;
   auto* Ph = reinterpret_cast<std::uint16_t*>(base_ptr + L.p);                     // weights' hi halves
-  std::uint16_t* Pl = Ph + L.row_tiles * 16 * L.row_len;                             // and lo halves
+  std::uint16_t* Pl = Ph + 16 * L.row_len;                                            // and lo halves
   const std::size_t head_dim = a.head_dim, group = a.group, rows = L.rows, n_keys = L.n_keys, row_len = L.row_len;
   const std::size_t base = attend_first(a.pos0, a.window);
   const T* k = a.k + base * a.kv_stride;
@@ -225,19 +235,47 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
     const std::size_t r0 = rt * 16, r1 = std::min(rows, r0 + 16);
     // Keys [klo, khi): the union of the tile's rows' ranges (ranges grow with the query).
     const std::size_t klo = lo_of(r0 / group), khi = hi_of((r1 - 1) / group);
-    // Scores of the key tiles the rows attend.
-    for (std::size_t kt = klo / 16; kt * 16 < khi; ++kt) {
+    // Scores of the key tiles the rows attend, two at a time (C tiles 0 and
+    // 1; queries hi, lo in 2, 3; keys hi, lo in 4, 5 and 6, 7): two
+    // independent chains of tile products, where one tile's chain waits on
+    // each product's latency. A last odd tile alone.
+    const std::size_t kt_end = (khi + 15) / 16;
+    std::size_t kt = klo / 16;
+    for (; kt + 2 <= kt_end; kt += 2) {
+      _tile_zero(0);
+      _tile_zero(1);
+      for (std::size_t c = 0; c < L.chunks32; ++c) {
+        const float* qt = Qt + (rt * L.chunks32 + c) * 2 * TF;
+        const float* ka = Kt + (kt * L.chunks32 + c) * 2 * TF;
+        const float* kb = Kt + ((kt + 1) * L.chunks32 + c) * 2 * TF;
+        _tile_loadd(2, qt, stride);
+        _tile_loadd(3, qt + TF, stride);
+        _tile_loadd(4, ka, stride);
+        _tile_loadd(5, ka + TF, stride);
+        _tile_loadd(6, kb, stride);
+        _tile_loadd(7, kb + TF, stride);
+        _tile_dpbf16ps(0, 2, 4);
+        _tile_dpbf16ps(1, 2, 6);
+        _tile_dpbf16ps(0, 2, 5);
+        _tile_dpbf16ps(1, 2, 7);
+        _tile_dpbf16ps(0, 3, 4);
+        _tile_dpbf16ps(1, 3, 6);
+      }
+      _tile_stored(0, S + kt * 16, row_len * sizeof(float));
+      _tile_stored(1, S + (kt + 1) * 16, row_len * sizeof(float));
+    }
+    if (kt < kt_end) {
       _tile_zero(0);
       for (std::size_t c = 0; c < L.chunks32; ++c) {
         const float* qt = Qt + (rt * L.chunks32 + c) * 2 * TF;
-        const float* kt_ = Kt + (kt * L.chunks32 + c) * 2 * TF;
+        const float* ka = Kt + (kt * L.chunks32 + c) * 2 * TF;
         _tile_loadd(4, qt, stride);
         _tile_loadd(5, qt + TF, stride);
-        _tile_loadd(6, kt_, stride);
-        _tile_loadd(7, kt_ + TF, stride);
+        _tile_loadd(6, ka, stride);
+        _tile_loadd(7, ka + TF, stride);
         KESTREL_AMX_DP3(0);
       }
-      _tile_stored(0, S + r0 * row_len + kt * 16, row_len * sizeof(float));
+      _tile_stored(0, S + kt * 16, row_len * sizeof(float));
     }
     // Each row's weights over its own keys, e_t = exp(scale s_t - scale
     // max s), in bf16 halves (hi, lo) for the keys the tile's chunks of 32
@@ -250,8 +288,8 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
     const __m512 sc = _mm512_set1_ps(a.scale);
     alignas(64) float inv_sum[16];
     for (std::size_t r = r0; r < r0 + 16; ++r) {
-      std::uint16_t* ph = Ph + r * row_len;
-      std::uint16_t* pl = Pl + r * row_len;
+      std::uint16_t* ph = Ph + (r - r0) * row_len;
+      std::uint16_t* pl = Pl + (r - r0) * row_len;
       if (r >= r1) {  // a padded row: zero weights
         for (std::size_t t = c_lo; t < c_hi; t += 16) {
           _mm256_store_si256(reinterpret_cast<__m256i*>(ph + t), _mm256_setzero_si256());
@@ -259,7 +297,7 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
         }
         continue;
       }
-      const float* s = S + r * row_len;
+      const float* s = S + (r - r0) * row_len;
       const std::size_t lo = lo_of(r / group), hi = hi_of(r / group);
       auto in_range = [&](std::size_t t) {  // lanes t .. t + 15 within [lo, hi)
         const std::size_t a0 = std::max(lo, t), a1 = std::min(hi, t + 16);
@@ -274,7 +312,7 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
         __m512 e = _mm512_setzero_ps();
         if (m) {
           const __m512 x = _mm512_fmadd_ps(_mm512_maskz_load_ps(m, s + t), sc, shift);
-          e = _mm512_maskz_mov_ps(m, static_cast<__m512>(exp(simd::fbatch(x))));
+          e = _mm512_maskz_mov_ps(m, exp_scalef(x));
           sum = _mm512_add_ps(sum, e);
         }
         const __m256bh eh = _mm512_cvtneps_pbh(e);
@@ -295,8 +333,8 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
       _tile_zero(2);
       _tile_zero(3);
       for (std::size_t kc = c_lo / 32; kc < c_hi / 32; ++kc) {
-        _tile_loadd(4, Ph + r0 * row_len + kc * 32, p_stride);
-        _tile_loadd(5, Pl + r0 * row_len + kc * 32, p_stride);
+        _tile_loadd(4, Ph + kc * 32, p_stride);
+        _tile_loadd(5, Pl + kc * 32, p_stride);
         const float* vt = Vt + (kc * L.cols16 + j0) * 2 * TF;
         _tile_loadd(6, vt, stride);
         _tile_loadd(7, vt + TF, stride);
