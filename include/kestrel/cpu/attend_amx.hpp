@@ -27,16 +27,17 @@
 // layout is then shared by 32 row tiles.
 //
 // Measured (the harness: one thread, f16 cache, 512 tokens, head_dim 64,
-// every KV head's tasks of one layer, in /tmp, 3 runs each): the 110M shape
-// (12 heads) 2.3 ms against attend_block's 4.6 ms (0.49-0.52); TinyLlama's
-// (32 query heads on 4 KV heads) 5.7-5.8 against 11.7-12.1 (0.48-0.49).
-// Steps, in order, each from the one before: tasks of 128 rows, exp via
-// attend_block's softmax and the weights split in a pass of their own,
-// 0.60-0.72; the weights' one pass, 0.59-0.63; tasks of 512 rows (scratch
-// per row tile), 0.52-0.56; exp_scalef for xsimd's exp, 0.48-0.52. Of the
-// tiles' time now (rdtsc per phase): the weights' pass 37-40%, the scores'
-// tile products 17-22%, the weighted sums' 20%, the layouts of queries,
-// keys and values 14-17%, the output 7%.
+// every KV head's tasks of one layer, in /tmp, 2-3 runs each), time over
+// attend_block's: the 110M shape (12 heads) 0.48-0.54, TinyLlama's (32
+// query heads on 4 KV heads) 0.48-0.50. Steps, in order, each with the ones
+// before: tiles in 128-row tasks, attend_block's softmax and the weights
+// split in a pass of their own, 0.63-0.72; the weights' one pass,
+// 0.57-0.65; 512-row tasks (scratch per row tile) and two score tiles side
+// by side, 0.51-0.57; exp_scalef for xsimd's exp, 0.48-0.54. Of the tiles'
+// time now (rdtsc per phase): the weights' pass 37-40%, the scores' tile
+// products 17-22%, the weighted sums' 20%, the layouts of queries, keys
+// and values 14-17%, the output 7% (bench/README.md, "a prompt's attention
+// on bf16 tiles").
 #pragma once
 
 #include <algorithm>
@@ -283,7 +284,7 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
     // comes at the end, on the output. One pass for the maximum, one for
     // the rest: a scale pass, attend_block's softmax and a pass that split
     // its weights into A tiles took 1.75x the cycles (rdtsc per phase, the
-    // harness below).
+    // harness in the header comment).
     const std::size_t c_lo = klo / 32 * 32, c_hi = (khi + 31) / 32 * 32;
     const __m512 sc = _mm512_set1_ps(a.scale);
     alignas(64) float inv_sum[16];
