@@ -671,7 +671,8 @@ TEST_CASE("cpu: attend_block_amx == ref::attend per (query, head)") {
   // larger than the head. Cache rows the block must not read, and the
   // scratch, hold NaN; nothing outside the rows may be written.
   if (!cpu::attend_amx_available(64)) {
-    MESSAGE("skipped: no AMX-BF16 tiles on this CPU (or KESTREL_AMX=0)");
+    MESSAGE("skipped: attend_block_amx needs a build for AMX-BF16 (-march=native on such a CPU), the CPU's tiles, "
+            "and KESTREL_AMX unset or not 0");
     return;
   }
   const float nan = std::numeric_limits<float>::quiet_NaN(), sentinel = 12345.0f;

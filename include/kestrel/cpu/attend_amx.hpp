@@ -41,6 +41,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
 #include <limits>
@@ -162,6 +163,7 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
   namespace D = detail::amx_attend;
   constexpr std::size_t TF = D::tile_floats;
   if (a.nq == 0 || a.group == 0) return;
+  assert(a.head_dim % 32 == 0 && a.head_dim > 0);  // attend_amx_available(a.head_dim)
   const D::layout L(a);
   float* base_ptr = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t{63});
   float* S = base_ptr + L.s;
