@@ -122,7 +122,8 @@ class cpu_backend {
   void attend_block(const cpu::basic_attend_block_args<T>& a);
   /// Optional: rows (queries x heads) per prefill attend_block task. A
   /// prompt's tasks on AMX tiles (cpu/attend_amx.hpp) share one layout of
-  /// their keys and values among 128 rows; the AVX-512 kernel takes 32.
+  /// their keys and values among attend_amx_rows (512); the AVX-512 kernel
+  /// takes 32.
   std::size_t attend_block_rows(std::size_t head_dim) const noexcept {
     return cpu::attend_amx_available(head_dim) ? cpu::attend_amx_rows : 32;
   }

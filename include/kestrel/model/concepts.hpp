@@ -35,7 +35,8 @@
 // args.scratch) within the bf16 splits' (cpu/attend_amx.hpp) (fallback:
 // attend per (token, head)); called from inside parallel_for, so it must be
 // safe on several threads at once; args.scratch, when set, is the caller's;
-// with it, the rows per prompt task the backend's kernel wants (default 32):
+// and, optional beside it, the rows per prompt task its kernel wants
+// (without it, 32):
 //   b.attend_block(args)                 cpu::attend_block_args (cpu/attend_block.hpp)
 //   b.attend_block_rows(head_dim)        std::size_t
 // RoPE with one position's angles computed by the model, once for all

@@ -328,8 +328,12 @@ class llama_model {
       // A task's key tiles serve nq x group rows: ~32 keep the transposes a
       // small part of the work (cpu/attend_block.hpp) while giving 2 threads
       // dozens of tasks for a 512-token chunk; a backend whose kernel wants
-      // more says so (attend_block_rows: 128 on AMX tiles, where tasks of
-      // 32 rows took 1.2-1.4x the time, cpu/attend_amx.hpp).
+      // more says so (attend_block_rows: 512 on AMX tiles, which lay out a
+      // task's keys and values once; in a one-thread harness 32-row tasks
+      // took 1.2-1.4x the time of 128-row ones, and those 1.1-1.2x that of
+      // 512; in the model on 2 threads, 110M prompts took 110-119 ms at 64,
+      // 128, 256 and 512 rows, two runs each, no order among them beyond
+      // the noise; cpu/attend_amx.hpp).
       // The latest blocks attend the most keys: they go first, so the chunks
       // taken last are the short ones.
       std::size_t task_rows = 32;
