@@ -453,6 +453,81 @@ std::vector<double> attend_tol(const float* q, const float* k, const float* v, s
   return tol;
 }
 
+/// A random block case: nq queries of `group` heads (rows q_stride =
+/// group * head_dim + 5 apart), and keys and values of pos0 + nq + 2
+/// positions kv_stride apart, of which those the block must not read (before
+/// its first key, after its last, the stride gap) are NaN.
+struct block_case {
+  std::size_t q_stride;
+  std::vector<float> q, k, v;
+};
+block_case random_block_case(std::uint32_t seed, std::size_t nq, std::size_t group, std::size_t head_dim,
+                             std::size_t kv_stride, std::size_t pos0, std::size_t window) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::size_t q_stride = group * head_dim + 5, n_pos = pos0 + nq, first = cpu::attend_first(pos0, window);
+  block_case c{q_stride, random_floats(nq * q_stride, seed, -3.0f, 3.0f),
+               random_floats((n_pos + 2) * kv_stride, seed + 1, -3.0f, 3.0f),
+               random_floats((n_pos + 2) * kv_stride, seed + 2)};
+  for (std::size_t t = 0; t < n_pos + 2; ++t)
+    for (std::size_t j = 0; j < kv_stride; ++j)
+      if (t < first || t >= n_pos || j >= head_dim) c.k[t * kv_stride + j] = c.v[t * kv_stride + j] = nan;
+  return c;
+}
+
+/// attend_block arguments: nq queries of `group` heads at positions pos0..,
+/// rows q_stride apart in q and out, the scale 1 / sqrt(head_dim).
+template <class T>
+cpu::basic_attend_block_args<T> block_args(const float* q, std::size_t q_stride, const T* k, const T* v,
+                                           std::size_t kv_stride, float* out, std::size_t nq, std::size_t group,
+                                           std::size_t head_dim, std::size_t pos0, std::size_t window) {
+  cpu::basic_attend_block_args<T> a;
+  a.q = q;
+  a.q_stride = q_stride;
+  a.k = k;
+  a.v = v;
+  a.kv_stride = kv_stride;
+  a.out = out;
+  a.out_stride = q_stride;
+  a.nq = nq;
+  a.group = group;
+  a.head_dim = head_dim;
+  a.pos0 = pos0;
+  a.window = window;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  return a;
+}
+
+/// Checks the rows a block call `a` wrote against ref::attend of each
+/// query over its own keys (k, v: the cache's values as floats), within
+/// attend_tol(bf16_split), and that the floats after each token's heads
+/// still hold `sentinel`. Returns ref::attend's rows, in row order.
+template <class T>
+std::vector<float> check_block_rows(const cpu::basic_attend_block_args<T>& a, const float* k, const float* v,
+                                    bool bf16_split, float sentinel) {
+  const std::size_t head_dim = a.head_dim;
+  std::vector<float> got_rows, want_rows, p(a.pos0 + a.nq), o(head_dim);
+  std::vector<double> tol;
+  for (std::size_t i = 0; i < a.nq; ++i) {
+    const std::size_t pos = a.pos0 + i, f = cpu::attend_first(pos, a.window);
+    const float *kf = k + f * a.kv_stride, *vf = v + f * a.kv_stride;
+    for (std::size_t g = 0; g < a.group; ++g) {
+      const float* qr = a.q + i * a.q_stride + g * head_dim;
+      ref::attend(qr, kf, vf, pos + 1 - f, head_dim, a.kv_stride, a.scale, o.data(), p.data());
+      const auto t = attend_tol(qr, kf, vf, pos + 1 - f, head_dim, a.kv_stride, a.scale, p.data(), bf16_split);
+      tol.insert(tol.end(), t.begin(), t.end());
+      const float* gr = a.out + i * a.out_stride + g * head_dim;
+      got_rows.insert(got_rows.end(), gr, gr + head_dim);
+      want_rows.insert(want_rows.end(), o.begin(), o.end());
+    }
+  }
+  kestrel::test::check_within(got_rows.data(), want_rows.data(), tol, got_rows.size());
+  std::size_t outside = 0;  // nothing outside the rows is written
+  for (std::size_t i = 0; i < a.nq; ++i)
+    for (std::size_t j = a.group * head_dim; j < a.out_stride; ++j) outside += a.out[i * a.out_stride + j] != sentinel;
+  CHECK(outside == 0);
+  return want_rows;
+}
+
 }  // namespace
 
 TEST_CASE("cpu: attend == ref::attend") {
@@ -528,28 +603,12 @@ TEST_CASE("cpu: attention over an f16 cache == over its values as f32, bit for b
           for (double& t : tol) t *= 2;
           kestrel::test::check_within(a16.data(), a32.data(), tol, head_dim);
           // attend_block: nq queries at positions n_past.. of `group` heads.
-          cpu::basic_attend_block_args<kestrel::f16> b16;
-          b16.q = q.data();
-          b16.q_stride = group * head_dim;
-          b16.k = k16.data();
-          b16.v = v16.data();
-          b16.kv_stride = kv_stride;
-          b16.out_stride = group * head_dim;
-          b16.nq = nq;
-          b16.group = group;
-          b16.head_dim = head_dim;
-          b16.pos0 = n_past;
-          b16.window = window;
-          b16.scale = scale;
-          cpu::attend_block_args b32;
-          b32.q = b16.q, b32.q_stride = b16.q_stride, b32.k = k.data(), b32.v = v.data(), b32.kv_stride = kv_stride;
-          b32.out_stride = b16.out_stride, b32.nq = nq, b32.group = group, b32.head_dim = head_dim, b32.pos0 = n_past;
-          b32.window = window;
-          b32.scale = scale;
           std::vector<float> o16(nq * group * head_dim, nan), o32(o16.size(), nan);
+          const auto b16 = block_args(q.data(), group * head_dim, k16.data(), v16.data(), kv_stride, o16.data(), nq,
+                                      group, head_dim, n_past, window);
+          const auto b32 = block_args(q.data(), group * head_dim, k.data(), v.data(), kv_stride, o32.data(), nq,
+                                      group, head_dim, n_past, window);
           std::vector<float> s16(cpu::attend_block_scratch_size(b16), nan), s32(cpu::attend_block_scratch_size(b32), nan);
-          b16.out = o16.data();
-          b32.out = o32.data();
           cpu::attend_block(b16, s16.data());
           cpu::attend_block(b32, s32.data());
           CHECK(std::memcmp(o16.data(), o32.data(), o16.size() * sizeof(float)) == 0);
@@ -580,62 +639,26 @@ TEST_CASE("cpu: attend_block == ref::attend per (query, head)") {
           for (std::size_t window : {0, 7, 40}) {
             for (std::size_t kv_stride : {head_dim, 2 * head_dim + 3}) {
               const auto seed = static_cast<std::uint32_t>(((head_dim * 5 + group) * 71 + nq) * 97 + pos0 * 3 + window + kv_stride);
-              const std::size_t q_stride = group * head_dim + 5, n_pos = pos0 + nq;
-              const std::size_t first = window && pos0 + 1 > window ? pos0 + 1 - window : 0;
-              const auto q = random_floats(nq * q_stride, seed, -3.0f, 3.0f);
-              auto k = random_floats((n_pos + 2) * kv_stride, seed + 1, -3.0f, 3.0f);
-              auto v = random_floats((n_pos + 2) * kv_stride, seed + 2);
-              for (std::size_t t = 0; t < n_pos + 2; ++t)
-                for (std::size_t j = 0; j < kv_stride; ++j)
-                  if (t < first || t >= n_pos || j >= head_dim) k[t * kv_stride + j] = v[t * kv_stride + j] = nan;
-              cpu::attend_block_args a;
-              a.q = q.data();
-              a.q_stride = q_stride;
-              a.k = k.data();
-              a.v = v.data();
-              a.kv_stride = kv_stride;
-              a.out_stride = q_stride;
-              a.nq = nq;
-              a.group = group;
-              a.head_dim = head_dim;
-              a.pos0 = pos0;
-              a.window = window;
-              a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-              std::vector<float> got(nq * q_stride, sentinel), scratch(cpu::attend_block_scratch_size(a), nan);
-              a.out = got.data();
+              const auto [q_stride, q, k, v] = random_block_case(seed, nq, group, head_dim, kv_stride, pos0, window);
+              std::vector<float> got(nq * q_stride, sentinel);
+              const auto a = block_args(q.data(), q_stride, k.data(), v.data(), kv_stride, got.data(), nq, group,
+                                        head_dim, pos0, window);
+              std::vector<float> scratch(cpu::attend_block_scratch_size(a), nan);
               cpu::attend_block(a, scratch.data());
               auto ref_args = a;
               std::vector<float> want(nq * q_stride, sentinel);
               ref_args.out = want.data();
               ref::attend_block(ref_args);
 
-              // The reference weights of each row, for its bound.
-              std::vector<float> got_rows, want_rows, p(n_pos);
-              std::vector<double> tol;
-              for (std::size_t i = 0; i < nq; ++i) {
-                const std::size_t pos = pos0 + i, f = window && pos + 1 > window ? pos + 1 - window : 0;
-                for (std::size_t g = 0; g < group; ++g) {
-                  const float* qr = q.data() + i * q_stride + g * head_dim;
-                  std::vector<float> o(head_dim);
-                  ref::attend(qr, k.data() + f * kv_stride, v.data() + f * kv_stride, pos + 1 - f, head_dim, kv_stride,
-                              a.scale, o.data(), p.data());
-                  const auto t = attend_tol(qr, k.data() + f * kv_stride, v.data() + f * kv_stride, pos + 1 - f,
-                                            head_dim, kv_stride, a.scale, p.data());
-                  tol.insert(tol.end(), t.begin(), t.end());
-                  const float* gr = got.data() + i * q_stride + g * head_dim;
-                  const float* wr = want.data() + i * q_stride + g * head_dim;
-                  got_rows.insert(got_rows.end(), gr, gr + head_dim);
-                  want_rows.insert(want_rows.end(), wr, wr + head_dim);
-                }
-              }
               INFO("head_dim " << head_dim << " group " << group << " nq " << nq << " pos0 " << pos0 << " window "
                                << window << " kv_stride " << kv_stride);
-              kestrel::test::check_within(got_rows.data(), want_rows.data(), tol, got_rows.size());
-              // Nothing outside the rows is written (the 5 floats after each token's heads).
-              std::size_t outside = 0;
+              const auto want_rows = check_block_rows(a, k.data(), v.data(), false, sentinel);
+              // ref::attend_block's rows are ref::attend's.
+              std::vector<float> ref_rows;
               for (std::size_t i = 0; i < nq; ++i)
-                for (std::size_t j = group * head_dim; j < q_stride; ++j) outside += got[i * q_stride + j] != sentinel;
-              CHECK(outside == 0);
+                ref_rows.insert(ref_rows.end(), want.begin() + static_cast<std::ptrdiff_t>(i * q_stride),
+                                want.begin() + static_cast<std::ptrdiff_t>(i * q_stride + group * head_dim));
+              CHECK(ref_rows == want_rows);
 
               // A row does not depend on the block around it: the last query
               // alone (one key range, no masked keys, other tiles) gives the
@@ -685,69 +708,28 @@ TEST_CASE("cpu: attend_block_amx == ref::attend per (query, head)") {
             for (std::size_t window : {0, 9, 50}) {
               const std::size_t kv_stride = f16_cache ? head_dim + 8 : head_dim;
               const auto seed = static_cast<std::uint32_t>(((head_dim * 5 + group) * 71 + nq) * 97 + pos0 * 3 + window + f16_cache);
-              const std::size_t q_stride = group * head_dim + 5, n_pos = pos0 + nq;
-              const std::size_t first = window && pos0 + 1 > window ? pos0 + 1 - window : 0;
-              const auto q = random_floats(nq * q_stride, seed, -3.0f, 3.0f);
-              auto k = random_floats((n_pos + 2) * kv_stride, seed + 1, -3.0f, 3.0f);
-              auto v = random_floats((n_pos + 2) * kv_stride, seed + 2);
+              auto [q_stride, q, k, v] = random_block_case(seed, nq, group, head_dim, kv_stride, pos0, window);
               std::vector<kestrel::f16> k16(k.size()), v16(v.size());
-              for (std::size_t i = 0; i < k.size(); ++i) {
-                const bool unread = i / kv_stride < first || i / kv_stride >= n_pos || i % kv_stride >= head_dim;
-                if (f16_cache) {  // the reference reads the f16 values as floats
-                  k16[i] = kestrel::to_f16(unread ? nan : k[i]);
-                  v16[i] = kestrel::to_f16(unread ? nan : v[i]);
+              if (f16_cache)  // the reference reads the f16 values (NaN where unread) as floats
+                for (std::size_t i = 0; i < k.size(); ++i) {
+                  k16[i] = kestrel::to_f16(k[i]);
+                  v16[i] = kestrel::to_f16(v[i]);
                   k[i] = kestrel::to_f32(k16[i]);
                   v[i] = kestrel::to_f32(v16[i]);
-                } else if (unread) {
-                  k[i] = v[i] = nan;
                 }
-              }
               std::vector<float> got(nq * q_stride, sentinel);
-              auto run = [&](auto* kp, auto* vp) {
-                cpu::basic_attend_block_args<std::remove_const_t<std::remove_pointer_t<decltype(kp)>>> a;
-                a.q = q.data();
-                a.q_stride = q_stride;
-                a.k = kp;
-                a.v = vp;
-                a.kv_stride = kv_stride;
-                a.out = got.data();
-                a.out_stride = q_stride;
-                a.nq = nq;
-                a.group = group;
-                a.head_dim = head_dim;
-                a.pos0 = pos0;
-                a.window = window;
-                a.scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+              auto run = [&](const auto* kp, const auto* vp) {
+                const auto a = block_args(q.data(), q_stride, kp, vp, kv_stride, got.data(), nq, group, head_dim, pos0, window);
                 std::vector<float> scratch(cpu::attend_block_amx_scratch_size(a), nan);
                 cpu::attend_block_amx(a, scratch.data());
-                return a.scale;
+                INFO("f16 cache " << f16_cache << " head_dim " << head_dim << " group " << group << " nq " << nq
+                                  << " pos0 " << pos0 << " window " << window);
+                check_block_rows(a, k.data(), v.data(), true, sentinel);
               };
-              const float scale = f16_cache ? run(k16.data(), v16.data()) : run(k.data(), v.data());
-
-              std::vector<float> got_rows, want_rows, p(n_pos);
-              std::vector<double> tol;
-              for (std::size_t i = 0; i < nq; ++i) {
-                const std::size_t pos = pos0 + i, f = window && pos + 1 > window ? pos + 1 - window : 0;
-                for (std::size_t g = 0; g < group; ++g) {
-                  const float* qr = q.data() + i * q_stride + g * head_dim;
-                  std::vector<float> o(head_dim);
-                  ref::attend(qr, k.data() + f * kv_stride, v.data() + f * kv_stride, pos + 1 - f, head_dim, kv_stride,
-                              scale, o.data(), p.data());
-                  const auto t = attend_tol(qr, k.data() + f * kv_stride, v.data() + f * kv_stride, pos + 1 - f,
-                                            head_dim, kv_stride, scale, p.data(), true);
-                  tol.insert(tol.end(), t.begin(), t.end());
-                  const float* gr = got.data() + i * q_stride + g * head_dim;
-                  got_rows.insert(got_rows.end(), gr, gr + head_dim);
-                  want_rows.insert(want_rows.end(), o.begin(), o.end());
-                }
-              }
-              INFO("f16 cache " << f16_cache << " head_dim " << head_dim << " group " << group << " nq " << nq
-                                << " pos0 " << pos0 << " window " << window);
-              kestrel::test::check_within(got_rows.data(), want_rows.data(), tol, got_rows.size());
-              std::size_t outside = 0;
-              for (std::size_t i = 0; i < nq; ++i)
-                for (std::size_t j = group * head_dim; j < q_stride; ++j) outside += got[i * q_stride + j] != sentinel;
-              CHECK(outside == 0);
+              if (f16_cache)
+                run(k16.data(), v16.data());
+              else
+                run(k.data(), v.data());
               ++cases;
             }
   MESSAGE("attend_block_amx: " << cases << " shapes");

@@ -170,25 +170,20 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
   float *Qt = base_ptr + L.q, *Kt = base_ptr + L.k, *Vt = base_ptr + L.v, *Ct = base_ptr + L.c;
   auto* Ph = reinterpret_cast<std::uint16_t*>(base_ptr + L.p);                     // weights' hi halves
   std::uint16_t* Pl = Ph + 16 * L.row_len;                                            // and lo halves
-  const std::size_t head_dim = a.head_dim, group = a.group, rows = L.rows, n_keys = L.n_keys, row_len = L.row_len;
-  const std::size_t base = attend_first(a.pos0, a.window);
-  const T* k = a.k + base * a.kv_stride;
-  const T* v = a.v + base * a.kv_stride;
-  auto lo_of = [&](std::size_t i) { return attend_first(a.pos0 + i, a.window) - base; };
-  auto hi_of = [&](std::size_t i) { return a.pos0 + i + 1 - base; };  // exclusive
-  auto q_row = [&](std::size_t r) { return a.q + (r / group) * a.q_stride + (r % group) * head_dim; };
-  auto out_row = [&](std::size_t r) { return a.out + (r / group) * a.out_stride + (r % group) * head_dim; };
+  const std::size_t group = a.group, rows = L.rows, n_keys = L.n_keys, row_len = L.row_len;
+  const detail::block_rows<T> G(a);  // keys indexed from G.base
+  const T *k = G.k, *v = G.v;
   auto store_row = [](float* tile, std::size_t r, __m512i x) { _mm512_store_si512(tile + r * 16, x); };
 
-  // Queries as A tiles: row i of tile [rt][c] = q_row(16 rt + i)[32 c, 32 c + 32).
+  // Queries as A tiles: row i of tile [rt][c] = G.q_row(16 rt + i)[32 c, 32 c + 32).
   for (std::size_t rt = 0; rt < L.row_tiles; ++rt)
     for (std::size_t c = 0; c < L.chunks32; ++c) {
       float* hi = Qt + (rt * L.chunks32 + c) * 2 * TF;
       for (std::size_t i = 0; i < 16; ++i) {
         const std::size_t r = rt * 16 + i;
         __m512i h0, l0, h1, l1;
-        D::split(D::load16(r < rows ? q_row(r) + 32 * c : a.q, r < rows), h0, l0);
-        D::split(D::load16(r < rows ? q_row(r) + 32 * c + 16 : a.q, r < rows), h1, l1);
+        D::split(D::load16(r < rows ? G.q_row(r) + 32 * c : a.q, r < rows), h0, l0);
+        D::split(D::load16(r < rows ? G.q_row(r) + 32 * c + 16 : a.q, r < rows), h1, l1);
         store_row(hi, i, D::pack_order(h0, h1));
         store_row(hi + TF, i, D::pack_order(l0, l1));
       }
@@ -237,7 +232,7 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
   for (std::size_t rt = 0; rt < L.row_tiles; ++rt) {
     const std::size_t r0 = rt * 16, r1 = std::min(rows, r0 + 16);
     // Keys [klo, khi): the union of the tile's rows' ranges (ranges grow with the query).
-    const std::size_t klo = lo_of(r0 / group), khi = hi_of((r1 - 1) / group);
+    const std::size_t klo = G.lo(r0 / group), khi = G.hi((r1 - 1) / group);
     // Scores of the key tiles the rows attend, two at a time (C tiles 0 and
     // 1; queries hi, lo in 2, 3; keys hi, lo in 4, 5 and 6, 7): two
     // independent chains of tile products, where one tile's chain waits on
@@ -301,7 +296,7 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
         continue;
       }
       const float* s = S + (r - r0) * row_len;
-      const std::size_t lo = lo_of(r / group), hi = hi_of(r / group);
+      const std::size_t lo = G.lo(r / group), hi = G.hi(r / group);
       auto in_range = [&](std::size_t t) {  // lanes t .. t + 15 within [lo, hi)
         const std::size_t a0 = std::max(lo, t), a1 = std::min(hi, t + 16);
         return a0 < a1 ? static_cast<__mmask16>(((1u << (a1 - a0)) - 1u) << (a0 - t)) : __mmask16{0};
@@ -356,7 +351,7 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
       }
       auto out_tile = [&](std::size_t j) {
         for (std::size_t r = r0; r < r1; ++r)
-          _mm512_storeu_ps(out_row(r) + 16 * (j0 + j),
+          _mm512_storeu_ps(G.out_row(r) + 16 * (j0 + j),
                            _mm512_mul_ps(_mm512_set1_ps(inv_sum[r - r0]), _mm512_load_ps(Ct + (r - r0) * 16)));
       };
       _tile_stored(0, Ct, stride);

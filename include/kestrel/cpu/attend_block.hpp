@@ -307,6 +307,28 @@ inline void with_rows(std::size_t R, F&& f) {
   }
 }
 
+/// One attend_block call's rows and keys, for its kernels (attend_block,
+/// attend_block_amx): keys [base, base + n_keys) are the union of the rows'
+/// ranges and are indexed from base (k, v point at key base); row r is
+/// query r / group, head r % group.
+template <class T>
+struct block_rows {
+  const basic_attend_block_args<T>& a;
+  std::size_t base, n_keys;
+  const T* k;
+  const T* v;
+  explicit block_rows(const basic_attend_block_args<T>& args) noexcept
+      : a(args), base(attend_first(args.pos0, args.window)), n_keys(args.pos0 + args.nq - base),
+        k(args.k + base * args.kv_stride), v(args.v + base * args.kv_stride) {}
+  /// Query i's first key and its end (exclusive), from base.
+  std::size_t lo(std::size_t i) const noexcept { return attend_first(a.pos0 + i, a.window) - base; }
+  std::size_t hi(std::size_t i) const noexcept { return a.pos0 + i + 1 - base; }
+  const float* q_row(std::size_t r) const noexcept {
+    return a.q + (r / a.group) * a.q_stride + (r % a.group) * a.head_dim;
+  }
+  float* out_row(std::size_t r) const noexcept { return a.out + (r / a.group) * a.out_stride + (r % a.group) * a.head_dim; }
+};
+
 }  // namespace detail
 
 /// Floats of scratch attend_block(a, scratch) needs: one K^T tile and a
@@ -329,18 +351,13 @@ inline void attend_block(const basic_attend_block_args<T>& a, float* scratch) no
   constexpr std::size_t W = simd::width;
   if (a.nq == 0 || a.group == 0) return;
   const std::size_t head_dim = a.head_dim, group = a.group, rows = a.nq * group;
-  // Keys [base, base + n_keys) are the union of the rows' ranges; indices
-  // below are relative to base. Row r is query r / group.
-  const std::size_t base = attend_first(a.pos0, a.window), n_keys = a.pos0 + a.nq - base;
+  // Keys from G.base (the union of the rows' ranges), indexed from there.
+  const detail::block_rows<T> G(a);
+  const std::size_t n_keys = G.n_keys;
   const std::size_t row_len = detail::attend_row_len(n_keys);
   float* kt = scratch;                   // (head_dim, KT)
   float* S = scratch + head_dim * KT;    // (rows, row_len): scores, then weights
-  const T* k = a.k + base * a.kv_stride;
-  const T* v = a.v + base * a.kv_stride;
-  auto lo_of = [&](std::size_t i) { return attend_first(a.pos0 + i, a.window) - base; };
-  auto hi_of = [&](std::size_t i) { return a.pos0 + i + 1 - base; };  // exclusive
-  auto q_row = [&](std::size_t r) { return a.q + (r / group) * a.q_stride + (r % group) * head_dim; };
-  auto out_row = [&](std::size_t r) { return a.out + (r / group) * a.out_stride + (r % group) * head_dim; };
+  const T *k = G.k, *v = G.v;
 
   // Scores, tile by tile: a tile no row of a 4-row group attends to is
   // skipped (the causal upper triangle, the keys before a window); its
@@ -360,11 +377,11 @@ inline void attend_block(const basic_attend_block_args<T>& a, float* scratch) no
     for (std::size_t r0 = 0; r0 < rows; r0 += RB) {
       const std::size_t R = std::min(RB, rows - r0);
       // Ranges grow with the query, so the group's first row starts first and its last row ends last.
-      if (hi_of((r0 + R - 1) / group) <= t0 || lo_of(r0 / group) >= t0 + KT) continue;
+      if (G.hi((r0 + R - 1) / group) <= t0 || G.lo(r0 / group) >= t0 + KT) continue;
       const float* qr[RB];
       float* sr[RB];
       for (std::size_t r = 0; r < R; ++r) {
-        qr[r] = q_row(r0 + r);
+        qr[r] = G.q_row(r0 + r);
         sr[r] = S + (r0 + r) * row_len + t0;
       }
       detail::with_rows(R, [&](auto n) { detail::score_tile<decltype(n)::value>(qr, kt, head_dim, a.scale, sr); });
@@ -379,22 +396,22 @@ inline void attend_block(const basic_attend_block_args<T>& a, float* scratch) no
   for (std::size_t r = 0; r < rows; ++r) {
     float* s = S + r * row_len;
     const std::size_t g0 = r / RB * RB, g1 = std::min(rows, g0 + RB) - 1;  // the row's group
-    const std::size_t lo = lo_of(r / group), hi = hi_of(r / group);
+    const std::size_t lo = G.lo(r / group), hi = G.hi(r / group);
     softmax(s + lo, hi - lo);
-    std::fill(s + lo_of(g0 / group), s + lo, 0.0f);
-    std::fill(s + hi, s + hi_of(g1 / group), 0.0f);
+    std::fill(s + G.lo(g0 / group), s + lo, 0.0f);
+    std::fill(s + hi, s + G.hi(g1 / group), 0.0f);
   }
 
   // out_r = sum_t p_rt v_t: PV registers of the head per pass while they
   // fit (4 rows x 4 = 16 accumulators with AVX-512), then one register at a time.
   for (std::size_t r0 = 0; r0 < rows; r0 += RB) {
     const std::size_t R = std::min(RB, rows - r0);
-    const std::size_t lo = lo_of(r0 / group), hi = hi_of((r0 + R - 1) / group);
+    const std::size_t lo = G.lo(r0 / group), hi = G.hi((r0 + R - 1) / group);
     const float* pr[RB];
     float* outr[RB];
     for (std::size_t r = 0; r < R; ++r) {
       pr[r] = S + (r0 + r) * row_len;
-      outr[r] = out_row(r0 + r);
+      outr[r] = G.out_row(r0 + r);
     }
     detail::with_rows(R, [&](auto n) {
       constexpr std::size_t NR = decltype(n)::value;
