@@ -111,6 +111,16 @@ inline void map_small_pages(const void* p, std::size_t n) noexcept {
   if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_NOHUGEPAGE);
 }
 
+/// Reads one byte of every 4 KiB page of [p, p + n), so that a file
+/// mapping's pages are in memory (brought in from disk where the page cache
+/// let them go) before the caller times what it does with them.
+inline void touch_pages(const std::byte* p, std::size_t n) noexcept {
+  unsigned acc = 0;
+  for (std::size_t i = 0; i < n; i += 4096) acc += static_cast<unsigned>(p[i]);
+  if (n) acc += static_cast<unsigned>(p[n - 1]);
+  asm volatile("" ::"r"(acc));  // the reads are the point: keep them
+}
+
 /// Whether the kernel hands out transparent huge pages to a region that asks
 /// for them (Linux: /sys/kernel/mm/transparent_hugepage/enabled is
 /// "[always]" or "[madvise]"; false where the file is missing or says

@@ -70,14 +70,21 @@ enum class weight_placement {
 /// the first alone: memory another process has just freed faults in fast,
 /// and fresh memory after it may not (the Zen 3 guest above copied
 /// TinyLlama f16's first 32 MiB fast, then the other 1.9 GiB in 10 s).
-/// 0.5 GB/s lies between the slowest copy measured where huge pages paid
-/// (Zen 4, TinyLlama f32's 4.4 GB in 5.5 s: 0.8 GB/s) and the fastest where
-/// they did not (the Zen 3 guest: 0.03-0.16 GB/s). 16 MiB is 8 huge pages,
+/// 0.25 GB/s lies between the slowest stretches measured where huge pages
+/// paid and the fastest where they did not (the Zen 3 guest: 0.03-0.16
+/// GB/s). Where they paid: Zen 4 copied TinyLlama f32's 4.4 GB in 5.5 s
+/// (0.8 GB/s); the AMX Xeon guest, its page cache just dropped, copied
+/// TinyLlama f16 in 89 stretches at 0.43-6.4 GB/s (median 3.8; 0.62 at the
+/// 10th percentile) and decoded 13.6 t/s copied whole against 12.1 with the
+/// copy stopped at its first stretch under the 0.5 GB/s this limit was
+/// before; in bench/compare_llama.sh's first round of a file such stops
+/// left 81-95% of TinyLlama f16 and f32 in the file mapping, 0.85-0.92x the
+/// later rounds' decode. 16 MiB is 8 huge pages,
 /// and one stretch of TinyLlama's first layer's matrices (wq, wk, wv, wo in
 /// f16; wq alone in f32): with 32 MiB the guest's f32 build took 1.2 s to
 /// stop copying, its first 36 MiB.
 struct copy_rate_limit {
-  double min_bytes_per_s = 0.5e9;
+  double min_bytes_per_s = 0.25e9;
   std::size_t probe_bytes = std::size_t{16} << 20;
 };
 
@@ -337,6 +344,20 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
     if (!relayout && !copy_plain) {
       left = true;  // stays in the file mapping
       continue;
+    }
+    if (adaptive && copy_plain) {
+      // The file's pages come in before the copy is timed: reading them
+      // (from disk, where the page cache has let them go) is the load's
+      // cost in either placement, since decode would fault them in from
+      // the mapping, not the copy's. Timed with them, a file that had left
+      // the page cache stopped the copy early: TinyLlama f16 after the
+      // caches were dropped copied 0.9 of 2.07 GB and decoded 12.1 t/s
+      // against 13.6 copied whole; the first of three rounds of
+      // bench/compare_llama.sh copied 5-19% of TinyLlama f16 and f32 and
+      // decoded 0.85-0.92x as fast as the later rounds.
+      const auto t0 = clock::now();
+      touch_pages(p.src, views[i]->bytes());
+      stretch_start += clock::now() - t0;
     }
     std::byte* const dst = copy->data() + p.offset;
     if (relayout) interleave(*views[i], dst);
