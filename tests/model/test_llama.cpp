@@ -46,8 +46,9 @@ namespace {
 //
 // Where a prompt's attention runs on AMX tiles (cpu/attend_amx.hpp), its
 // operands are split into two bf16 each: every score and every weighted
-// sum within split_rel = 3.1 * 2^-16 of its magnitudes (the derivation is
-// in tests/cpu/test_kernels.cpp, attend_tol), not a rounding of u. That is
+// sum within split_rel = 3.1 * 2^-16 (cpu::attend_amx_split_rel) of its
+// magnitudes (the derivation is in tests/cpu/test_kernels.cpp, attend_tol),
+// not a rounding of u. That is
 // a worst case, not a statistical one: 2 split_rel per layer (scores, then
 // sums) adds to rel as it is, not times lambda sqrt(n).
 double nmse_bound(const llama_hparams& hp, std::size_t n_positions) {
@@ -55,8 +56,8 @@ double nmse_bound(const llama_hparams& hp, std::size_t n_positions) {
   const double n = static_cast<double>(std::max({hp.n_embd, hp.n_ff, n_positions}));
   const double n_mat = 7.0 * static_cast<double>(hp.n_layer) + 1;
   double rel = n_mat * lambda * std::sqrt(n) * u;
-  if (cpu::attend_amx_available(hp.n_embd / hp.n_head))
-    rel += 2.0 * static_cast<double>(hp.n_layer) * 3.1 * std::ldexp(1.0, -16);
+  if (cpu::attend_amx_available(hp.head_dim()))
+    rel += 2.0 * static_cast<double>(hp.n_layer) * cpu::attend_amx_split_rel;
   return rel * rel;
 }
 

@@ -49,7 +49,6 @@
 #include "kestrel/cpu/attend_block.hpp"
 #include "kestrel/cpu/convert.hpp"
 #include "kestrel/cpu/math.hpp"
-#include "kestrel/cpu/softmax.hpp"
 #include "kestrel/cpu/transpose.hpp"
 #include "kestrel/quant/amx.hpp"
 
@@ -66,6 +65,13 @@ namespace kestrel::cpu {
 /// at a time, so the rows cost only their queries' layout (256 bytes a row
 /// at head_dim 64).
 inline constexpr std::size_t attend_amx_rows = 512;
+
+/// The bf16 splits' error per product x y, relative to |x y|: each operand
+/// within 2^-16 of its two halves, and the dropped lo*lo within 2^-16 (1 +
+/// 2^-8)^2; 3.1 * 2^-16 covers the three. The tests derive their
+/// tolerances from it (tests/cpu/test_kernels.cpp, attend_tol;
+/// tests/model/test_llama.cpp, nmse_bound).
+inline constexpr double attend_amx_split_rel = 3.1 / 65536.0;
 
 #if defined(KESTREL_AMX_ATTEND)
 
@@ -121,10 +127,11 @@ struct layout {
   std::size_t rows, row_tiles, n_keys, row_len, chunks32, cols16, key_tiles16, key_chunks32;
   std::size_t s, q, k, v, p, c, total;
   template <class T>
-  explicit layout(const basic_attend_block_args<T>& a) noexcept {
+  explicit layout(const block_rows<T>& G) noexcept {
+    const basic_attend_block_args<T>& a = G.a;
     rows = a.nq * a.group;
     row_tiles = (rows + 15) / 16;
-    n_keys = a.pos0 + a.nq - attend_first(a.pos0, a.window);
+    n_keys = G.n_keys;
     key_chunks32 = (n_keys + 31) / 32;
     key_tiles16 = 2 * key_chunks32;
     row_len = key_chunks32 * 32;
@@ -151,7 +158,7 @@ inline bool attend_amx_available(std::size_t head_dim) noexcept {
 template <class T>
 inline std::size_t attend_block_amx_scratch_size(const basic_attend_block_args<T>& a) noexcept {
   if (a.nq == 0 || a.group == 0) return 0;
-  return detail::amx_attend::layout(a).total;
+  return detail::amx_attend::layout(detail::block_rows<T>(a)).total;
 }
 
 /// attend_block(a) on AMX tiles; attend_amx_available(a.head_dim) must
@@ -164,14 +171,14 @@ inline void attend_block_amx(const basic_attend_block_args<T>& a, float* scratch
   constexpr std::size_t TF = D::tile_floats;
   if (a.nq == 0 || a.group == 0) return;
   assert(a.head_dim % 32 == 0 && a.head_dim > 0);  // attend_amx_available(a.head_dim)
-  const D::layout L(a);
+  const detail::block_rows<T> G(a);  // keys indexed from G.base
+  const D::layout L(G);
   float* base_ptr = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(scratch) + 63) & ~std::uintptr_t{63});
   float* S = base_ptr + L.s;
   float *Qt = base_ptr + L.q, *Kt = base_ptr + L.k, *Vt = base_ptr + L.v, *Ct = base_ptr + L.c;
   auto* Ph = reinterpret_cast<std::uint16_t*>(base_ptr + L.p);                     // weights' hi halves
   std::uint16_t* Pl = Ph + 16 * L.row_len;                                            // and lo halves
   const std::size_t group = a.group, rows = L.rows, n_keys = L.n_keys, row_len = L.row_len;
-  const detail::block_rows<T> G(a);  // keys indexed from G.base
   const T *k = G.k, *v = G.v;
   auto store_row = [](float* tile, std::size_t r, __m512i x) { _mm512_store_si512(tile + r * 16, x); };
 
@@ -378,7 +385,9 @@ inline std::size_t attend_block_amx_scratch_size(const basic_attend_block_args<T
   return 0;
 }
 template <class T>
-inline void attend_block_amx(const basic_attend_block_args<T>&, float*) noexcept {}
+inline void attend_block_amx(const basic_attend_block_args<T>&, float*) noexcept {
+  assert(!"attend_block_amx without AMX-BF16 in the build: attend_amx_available() said false");
+}
 
 #endif
 

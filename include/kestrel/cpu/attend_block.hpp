@@ -337,8 +337,7 @@ template <class T>
 inline std::size_t attend_block_scratch_size(const basic_attend_block_args<T>& a) noexcept {
   constexpr std::size_t KT = detail::attend_key_tile;
   if (a.nq == 0) return 0;
-  const std::size_t n_keys = a.pos0 + a.nq - attend_first(a.pos0, a.window);
-  return a.head_dim * KT + a.nq * a.group * detail::attend_row_len(n_keys);
+  return a.head_dim * KT + a.nq * a.group * detail::attend_row_len(detail::block_rows<T>(a).n_keys);
 }
 
 /// The attention outputs of every (query, head) row of `a` (see
