@@ -418,7 +418,7 @@ namespace {
 /// that to 8 bits), summed as hi*hi + hi*lo + lo*hi. Per product x y: the
 /// splits' errors 2 * 2^-16 (1 + 2^-16) |x y|, the dropped lo*lo (each lo
 /// <= 2^-8 (1 + 2^-8) of its operand) 2^-16 (1 + 2^-8)^2 |x y|: together
-/// within split_rel = 3.1 * 2^-16 (cpu::attend_amx_split_rel) of |x y|.
+/// within split_rel = 3.1 * 2^-16 (cpu::bf16_split_rel) of |x y|.
 /// The 3n products of n pairs are exact in f32 (8 x 8 bits) and summed in f32 in some order: gamma_{3n}
 /// times their magnitudes, which are within 1.02 |x y|. So a score is within
 /// (split_rel + 1.02 gamma_{3d}) scale sum |q k_t| + u |s_t| of exact (the
@@ -431,7 +431,7 @@ namespace {
 /// addition, far under softmax_abs_tol.)
 std::vector<double> attend_tol(const float* q, const float* k, const float* v, std::size_t n_kv, std::size_t head_dim,
                                std::size_t kv_stride, float scale, const float* p_ref, bool bf16_split = false) {
-  const double split_rel = cpu::attend_amx_split_rel;
+  const double split_rel = cpu::bf16_split_rel;
   const double fast_dot = bf16_split ? split_rel + 1.02 * gamma_n(3 * head_dim) : gamma_n(head_dim);
   const double fast_sum = bf16_split ? split_rel + 1.02 * gamma_n(3 * n_kv) + 2 * u : gamma_n(n_kv);
   double d = 0;

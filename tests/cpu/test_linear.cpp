@@ -9,7 +9,9 @@
 // most 2 gamma_cols sum_c |x_c w_rc|. On AVX2 without VNNI, quantized calls
 // of cpu::detail::dequant_gemm_min_tokens tokens or more take the float
 // GEMM over the dequantized weights, held to that same bound
-// (check_dequant_gemm) instead of the int8 kernels' tolerances.
+// (check_dequant_gemm) instead of the int8 kernels' tolerances. Where the
+// CPU has AMX-BF16, float products of cpu::gemm_amx_min_tokens tokens or
+// more run on bf16 tiles, held to the splits' bound (amx_tol).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 #include <vector>
 
 #include "helpers.hpp"
+#include "kestrel/cpu/gemm_amx.hpp"
 #include "kestrel/cpu/matmul.hpp"
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/ref/linear.hpp"
@@ -214,6 +217,87 @@ TEST_CASE("cpu: the GEMM's columns in one pass or in passes of 128 give the same
     INFO(kestrel::name_of(t));
     CHECK(std::memcmp(one.data(), passes.data(), one.size() * sizeof(float)) == 0);
     kestrel::test::check_within(one.data(), want.data(), linear_tol(w, x, 37), one.size());
+  }
+}
+
+// The bf16 tiles (cpu/gemm_amx.hpp): each operand x = hi + lo + e, |e| <=
+// 2^-16 |x|, and each product x_k w_k taken as hi*hi + hi*lo + lo*hi, within
+// bf16_split_rel |x_k w_k| of it (cpu/amx_bf16.hpp). Those 3 cols partial
+// products are exact in f32 (8-bit by 8-bit significands) and summed in
+// f32 in some order: within gamma_{3 cols} of their magnitudes, which are
+// at most (1 + 2^-8)^2 (1 + 2^-7) < 1.02 times sum_k |x_k w_k|. The tiles
+// flush results below 2^-126 to zero: at most 3 cols 2^-126 more. With the
+// twin's own gamma_cols, per output:
+//   (bf16_split_rel + 1.02 gamma_{3 cols} + gamma_cols) sum_k |x_k w_k| + 3 cols 2^-126.
+namespace {
+std::vector<double> amx_tol(const random_weight& w, const std::vector<float>& x, std::size_t n_tokens) {
+  const std::size_t rows = w.view.rows, cols = w.view.cols;
+  const double rel = cpu::bf16_split_rel + 1.02 * gamma_n(3 * cols) + gamma_n(cols);
+  std::vector<double> tol(n_tokens * rows);
+  for (std::size_t t = 0; t < n_tokens; ++t)
+    for (std::size_t r = 0; r < rows; ++r) {
+      double s = 0;
+      for (std::size_t c = 0; c < cols; ++c) s += std::fabs(double(x[t * cols + c]) * w.values[r * cols + c]);
+      tol[t * rows + r] = rel * s + 3.0 * static_cast<double>(cols) * std::ldexp(1.0, -126);
+    }
+  return tol;
+}
+}  // namespace
+
+TEST_CASE("cpu: matmul on bf16 tiles == ref::matmul within the splits' bound, the same bits on any pool") {
+  if (!cpu::gemm_amx_available(32)) {
+    MESSAGE("skipped: no AMX-BF16 here (or not in this build, or KESTREL_AMX=0)");
+    return;
+  }
+  cpu::thread_pool pool2(2), pool4(4);
+  struct shape { std::size_t rows, cols; };
+  // rows: under one row tile, between tiles, past a 32-row panel and a
+  // group of 8 panels (256); cols: 1 to 32 chunks, passes of 4 and a part
+  const shape shapes[] = {{1, 32}, {17, 64}, {70, 96}, {100, 320}, {33, 1024}, {300, 160}};
+  // tokens: the threshold, a partial 16-token tile, a partial pair, two
+  // blocks of 512 (the second of 1 token)
+  for (dtype t : all_types)
+    for (auto [rows, cols] : shapes)
+      for (std::size_t n_tokens : {cpu::gemm_amx_min_tokens, std::size_t{33}, std::size_t{47}, std::size_t{64},
+                                   std::size_t{100}, std::size_t{513}}) {
+        if (rows * cols * n_tokens > 10'000'000) continue;  // keep the scalar twin quick
+        REQUIRE(cpu::gemm_amx_takes(cols, n_tokens));
+        const auto seed = static_cast<std::uint32_t>(rows * 131 + cols * 7 + n_tokens);
+        random_weight w(t, rows, cols, seed);
+        const auto x = random_floats(n_tokens * cols, seed + 1);
+        const std::size_t n = n_tokens * rows, guard = 37;
+        std::vector<float> want(n), got(n + guard, -1.0f), got2(n + guard, -2.0f), got4(n + guard, -3.0f);
+        ref::matmul(w.view, x.data(), n_tokens, want.data(), nullptr);
+        cpu::matmul(w.view, x.data(), n_tokens, got.data(), nullptr);
+        cpu::matmul(w.view, x.data(), n_tokens, got2.data(), &pool2);
+        cpu::matmul(w.view, x.data(), n_tokens, got4.data(), &pool4);
+        INFO(kestrel::name_of(t) << " rows " << rows << " cols " << cols << " n_tokens " << n_tokens);
+        kestrel::test::check_within(got.data(), want.data(), amx_tol(w, x, n_tokens), n);
+        CHECK(std::memcmp(got.data(), got2.data(), n * sizeof(float)) == 0);
+        CHECK(std::memcmp(got.data(), got4.data(), n * sizeof(float)) == 0);
+        // nothing written past Y
+        CHECK(std::all_of(got.begin() + n, got.end(), [](float v) { return v == -1.0f; }));
+        CHECK(std::all_of(got2.begin() + n, got2.end(), [](float v) { return v == -2.0f; }));
+      }
+}
+
+TEST_CASE("cpu: the bf16 tiles give a token the same row whatever tokens share its call") {
+  if (!cpu::gemm_amx_available(32)) {
+    MESSAGE("skipped: no AMX-BF16 here (or not in this build, or KESTREL_AMX=0)");
+    return;
+  }
+  // Each output's sum runs over the chunks in one order (cpu/gemm_amx.hpp),
+  // so the first 40 tokens of a 600-token product (two blocks) equal a
+  // 40-token product bit for bit.
+  cpu::thread_pool pool2(2);
+  for (dtype t : all_types) {
+    random_weight w(t, 70, 320, 5);
+    const auto x = random_floats(600 * 320, 6);
+    std::vector<float> all(600 * 70), part(40 * 70);
+    cpu::matmul(w.view, x.data(), 600, all.data(), &pool2);
+    cpu::matmul(w.view, x.data(), 40, part.data(), nullptr);
+    INFO(kestrel::name_of(t));
+    CHECK(std::equal(part.begin(), part.end(), all.begin()));
   }
 }
 

@@ -46,20 +46,29 @@ namespace {
 //
 // Where a prompt's attention runs on AMX tiles (cpu/attend_amx.hpp), its
 // operands are split into two bf16 each: every score and every weighted
-// sum within split_rel = 3.1 * 2^-16 (cpu::attend_amx_split_rel) of its
+// sum within split_rel = 3.1 * 2^-16 (cpu::bf16_split_rel) of its
 // magnitudes (the derivation is in tests/cpu/test_kernels.cpp, attend_tol),
 // not a rounding of u. That is
 // a worst case, not a statistical one: 2 split_rel per layer (scores, then
-// sums) adds to rel as it is, not times lambda sqrt(n).
-double nmse_bound(const llama_hparams& hp, std::size_t n_positions) {
+// sums) adds to rel as it is, not times lambda sqrt(n). Where a prompt's
+// float products run on the tiles too (cpu/gemm_amx.hpp, a prompt of
+// cpu::gemm_amx_min_tokens tokens or more), each of the n_mat products adds
+// split_rel the same way (tests/cpu/test_linear.cpp, amx_tol), whatever
+// the weights' type. prompt_tokens: the tokens of the prefill call that
+// computed the logits (n_positions where not given).
+double nmse_bound(const llama_hparams& hp, std::size_t n_positions, std::size_t prompt_tokens) {
   const double u = std::ldexp(1.0, -24), lambda = 6;
   const double n = static_cast<double>(std::max({hp.n_embd, hp.n_ff, n_positions}));
   const double n_mat = 7.0 * static_cast<double>(hp.n_layer) + 1;
   double rel = n_mat * lambda * std::sqrt(n) * u;
   if (cpu::attend_amx_available(hp.head_dim()))
-    rel += 2.0 * static_cast<double>(hp.n_layer) * cpu::attend_amx_split_rel;
+    rel += 2.0 * static_cast<double>(hp.n_layer) * cpu::bf16_split_rel;
+  if (prompt_tokens >= cpu::gemm_amx_min_tokens && cpu::gemm_amx_available(hp.n_embd))
+    rel += n_mat * cpu::bf16_split_rel;
   return rel * rel;
 }
+
+double nmse_bound(const llama_hparams& hp, std::size_t n_positions) { return nmse_bound(hp, n_positions, n_positions); }
 
 // With block-quantized weights the activations are quantized too (q8_0,
 // q8_1, q8_K: 127 steps of amax/127). Two computations that differ by a
@@ -239,7 +248,7 @@ TEST_CASE("a random model large enough for threads: any thread count, f32/f16/bf
       const auto got = model.prefill_all_logits(seq);
       for (std::size_t i = 0; i < seq.size(); ++i) {
         const std::span<const float> gi(got.data() + i * hp.n_vocab, hp.n_vocab), wi(want.data() + i * hp.n_vocab, hp.n_vocab);
-        REQUIRE(nmse(gi, wi) <= nmse_bound(hp, i + 1));
+        REQUIRE(nmse(gi, wi) <= nmse_bound(hp, i + 1, seq.size()));
       }
       check_decode_matches_prefill(model, hp);
       // Greedy tokens do not depend on the thread count (decode splits rows, never a sum).

@@ -5,13 +5,10 @@
 //
 // The scores S = Q K^T and the weighted sums O = P V run as tile products
 // (tdpbf16ps: 16 x 16 f32 results, each the sum of 32 products of bf16
-// pairs, accumulated in f32). One bf16 has 8 significant bits, too few to
-// stand for an f32 (or an f16 cache's 11), so every operand is split into
-// two: x = hi + lo + e with hi = bf16(x), lo = bf16(x - hi) (x - hi is
-// exact: hi is x rounded), |e| <= 2^-16 |x|, and a product takes three tile
-// products, hi*hi + hi*lo + lo*hi (the dropped lo*lo is within 2^-16 of the
-// product). An f16 value is exactly hi + lo (11 bits fit in two 8-bit
-// halves), so with an f16 cache only q and the weights p carry e. The
+// pairs, accumulated in f32), every operand split into two bf16 and each
+// product taken as three tile products (cpu/amx_bf16.hpp). An f16 cache's
+// values are exactly their two halves, so with an f16 cache only q and the
+// weights p carry the split's error. The
 // tolerance this gives against the scalar twin is derived in
 // tests/cpu/test_kernels.cpp ("cpu: attend_block_amx == ref::attend").
 //
@@ -46,15 +43,11 @@
 #include <cstdint>
 #include <limits>
 
+#include "kestrel/cpu/amx_bf16.hpp"
 #include "kestrel/cpu/attend_block.hpp"
 #include "kestrel/cpu/convert.hpp"
 #include "kestrel/cpu/math.hpp"
 #include "kestrel/cpu/transpose.hpp"
-#include "kestrel/quant/amx.hpp"
-
-#if defined(KESTREL_AMX) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
-#define KESTREL_AMX_ATTEND 1
-#endif
 
 namespace kestrel::cpu {
 
@@ -66,50 +59,11 @@ namespace kestrel::cpu {
 /// at head_dim 64).
 inline constexpr std::size_t attend_amx_rows = 512;
 
-/// The bf16 splits' error per product x y, relative to |x y|: each operand
-/// within 2^-16 of its two halves, and the dropped lo*lo within 2^-16 (1 +
-/// 2^-8)^2; 3.1 * 2^-16 covers the three. The tests derive their
-/// tolerances from it (tests/cpu/test_kernels.cpp, attend_tol;
-/// tests/model/test_llama.cpp, nmse_bound).
-inline constexpr double attend_amx_split_rel = 3.1 / 65536.0;
-
-#if defined(KESTREL_AMX_ATTEND)
+#if defined(KESTREL_AMX_BF16)
 
 namespace detail::amx_attend {
 
-inline constexpr std::size_t tile_floats = 256;  // one tile: 16 rows x 64 bytes
-
-/// x rounded to the nearest bf16 (ties to even), as f32 bits whose low 16
-/// are 0. For finite x (|x| below the largest bf16).
-inline __m512i round_bf16(__m512 x) noexcept {
-  const __m512i b = _mm512_castps_si512(x);
-  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(b, 16), _mm512_set1_epi32(1));
-  const __m512i r = _mm512_add_epi32(_mm512_add_epi32(b, _mm512_set1_epi32(0x7FFF)), odd);
-  return _mm512_and_si512(r, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u)));
-}
-
-/// x = hi + lo + e, |e| <= 2^-16 |x|: hi and lo as f32 bits of bf16 values.
-inline void split(__m512 x, __m512i& hi, __m512i& lo) noexcept {
-  hi = round_bf16(x);
-  lo = round_bf16(_mm512_sub_ps(x, _mm512_castsi512_ps(hi)));
-}
-
-/// 32 bf16 in order (a's 16, then b's) from f32 bits whose low halves are 0.
-inline __m512i pack_order(__m512i a, __m512i b) noexcept {
-  alignas(64) static constexpr std::uint16_t idx[32] = {1,  3,  5,  7,  9,  11, 13, 15, 17, 19, 21,
-                                                        23, 25, 27, 29, 31, 33, 35, 37, 39, 41, 43,
-                                                        45, 47, 49, 51, 53, 55, 57, 59, 61, 63};
-  return _mm512_permutex2var_epi16(a, _mm512_load_si512(idx), b);
-}
-
-/// Lane i = (bf16 of a[i], bf16 of b[i]): a B tile row of two positions.
-inline __m512i pack_pairs(__m512i a, __m512i b) noexcept { return _mm512_or_si512(_mm512_srli_epi32(a, 16), b); }
-
-/// 16 floats of p, or zeros.
-template <class T>
-inline __m512 load16(const T* p, bool valid) noexcept {
-  return valid ? static_cast<__m512>(load_f32(p)) : _mm512_setzero_ps();
-}
+using namespace detail::amx_bf16;  // tile_floats, split, pack_order, pack_pairs, load16
 
 /// C tile `c` (a literal: GCC's tile intrinsics spell their operands into
 /// the instruction) += the hi/lo products of A tiles 4 (hi), 5 (lo) and B
@@ -151,7 +105,7 @@ struct layout {
 
 /// Whether attend_block_amx runs here and takes heads of this size.
 inline bool attend_amx_available(std::size_t head_dim) noexcept {
-  return head_dim > 0 && head_dim % 32 == 0 && quant::amx_enabled();
+  return head_dim > 0 && head_dim % 32 == 0 && amx_bf16_enabled();
 }
 
 /// Floats of scratch attend_block_amx(a, scratch) needs.

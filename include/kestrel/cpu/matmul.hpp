@@ -9,7 +9,9 @@
 // W packed and converted to f32 a panel at a time per thread), which
 // measured 1.1-2x Eigen's blocked kernel on this machine (one thread, 110M
 // and TinyLlama shapes, 128-512 tokens). Threads come from our pool, not
-// OpenMP: they split the output features (rows of W) in panels.
+// OpenMP: they split the output features (rows of W) in panels. Where the
+// CPU has AMX-BF16, products of gemm_amx_min_tokens tokens or more run on
+// bf16 tiles instead (cpu/gemm_amx.hpp), each operand split into two bf16.
 //
 // Eigen's kernel stays available at run time (KESTREL_EIGEN_GEMM=1) so one
 // binary can compare the two; there each thread runs single-threaded Eigen
@@ -36,6 +38,7 @@
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/convert.hpp"
 #include "kestrel/cpu/gemm.hpp"
+#include "kestrel/cpu/gemm_amx.hpp"
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/quant/dequantize_fast.hpp"
@@ -284,6 +287,11 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
   }
   visit_weight(w, [&](const auto* data) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;
+    // Where the CPU has AMX-BF16: the bf16 tiles (cpu/gemm_amx.hpp),
+    // 1.8-2.3x the packed-panel GEMM below on 512 tokens of the 110M and
+    // TinyLlama shapes (2 threads; bench/README.md, "Float prompts on bf16
+    // tiles").
+    if (!eigen_gemm() && gemm_amx_takes(cols, n_tokens)) return gemm_amx(data, rows, cols, x, n_tokens, y, pool);
     const bool skinny = n_tokens <= detail::skinny_max_tokens<T>;
     if (!skinny && !eigen_gemm()) {
       // Our packed-panel GEMM (cpu/gemm.hpp): threads take panels of
