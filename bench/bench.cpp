@@ -70,7 +70,11 @@
 // with the int8 peak (vpdpbusd; without AVX-512 VNNI, vpmaddubsw +
 // vpmaddwd, the pair an AVX2 kernel issues per 32 products) for quantized
 // files and the f32 FMA peak (512- or 256-bit, what the CPU has) for float
-// files (f32, f16, bf16), timed like the weights' reads: one run of its
+// files (f32, f16, bf16); where a float file's prompt runs on AMX bf16
+// tiles (cpu/gemm_amx.hpp: the CPU has AMX-BF16, the prompt has
+// cpu::gemm_amx_min_tokens tokens or more), the tiles' bf16 peak (TDPBF16PS
+// back to back, amx_bf16_gflops) over 3, as each product takes three tile
+// products. Each peak is timed like the weights' reads: one run of its
 // loop before the first repetition and one after each (median; JSON
 // peak_gops and samples_peak_gops), as the host's speed moves within
 // seconds. The probes at the start (compute_peak) are the same loops.
@@ -106,6 +110,7 @@
 #include "../examples/common/cli.hpp"
 #include "common.hpp"
 #include "build_info.h"
+#include "kestrel/cpu/gemm_amx.hpp"
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/streaming.hpp"
 #include "kestrel/quant/amx.hpp"
@@ -613,15 +618,72 @@ std::int64_t amx_loop(long iters) {
 }
 #endif
 
+#if defined(KESTREL_AMX_BF16)
+/// Where float prompts run on AMX bf16 tiles (cpu::amx_bf16_enabled()),
+/// the tiles' bf16 peak: 4 independent TDPBF16PS accumulations per
+/// iteration, each 16 x 16 x 32 multiply-adds.
+float amx_bf16_loop(long iters) {
+  namespace am = kestrel::quant::detail::amx;
+  am::tile_config c;
+  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 16;
+  asm volatile("ldtilecfg %0" ::"m"(c));
+  alignas(64) std::uint16_t halves[16][32];
+  std::fill(&halves[0][0], &halves[0][0] + 16 * 32, std::uint16_t{0x3c00});  // bf16 2^-7
+  asm volatile("" ::: "memory");  // tileloadd names no memory operand
+  _tile_loadd(4, halves, 64);
+  _tile_loadd(5, halves, 64);
+  _tile_loadd(6, halves, 64);
+  _tile_loadd(7, halves, 64);
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+  for (long i = 0; i < iters; ++i) {
+    _tile_dpbf16ps(0, 4, 6);
+    _tile_dpbf16ps(1, 4, 7);
+    _tile_dpbf16ps(2, 5, 6);
+    _tile_dpbf16ps(3, 5, 7);
+  }
+  alignas(64) float out[16][16];
+  _tile_stored(0, out, 64);
+  am::release();
+  return out[0][0];
+}
+#endif
+
 struct compute_probe {
   std::size_t n_threads = 0;
   double int8_gops = 0, f32_gflops = 0;  // medians of 3
   double amx_int8_gops = 0;              // where the prefill kernels use AMX tiles, else 0
+  double amx_bf16_gflops = 0;            // where float prompts run on AMX bf16 tiles, else 0
 };
 
-/// One run of the int8 (quantized) or the f32 peak loop on n_threads
-/// threads: GOP/s, or 0 where the CPU has neither kind of loop.
-double probe_peak_once(std::size_t n_threads, bool int8) {
+/// The peak loops: int8 (quantized files), f32 FMA (float files), the bf16
+/// tiles (float files' prompts where they run on them).
+enum class peak_kind { int8, f32, bf16_tiles };
+
+/// The tiles' bf16 GFLOP/s on n_threads threads (one run), or 0 where
+/// float prompts do not run on them.
+double probe_bf16_tiles_once(std::size_t n_threads) {
+#if defined(KESTREL_AMX_BF16)
+  if (kestrel::cpu::amx_bf16_enabled()) {
+    std::atomic<long> sink{0};
+    const long iters = peak_iters / 16;  // one TDPBF16PS takes about as long as 16 FMAs of 16 floats
+    const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(amx_bf16_loop(iters)); });
+    if (sink.load() == 42) std::fprintf(stderr, " ");
+    return static_cast<double>(iters) * static_cast<double>(n_threads) * 4 * 16 * 16 * 32 * 2 / t / 1e9;
+  }
+#endif
+  (void)n_threads;
+  return 0;
+}
+
+/// One run of a peak loop on n_threads threads: GOP/s (for bf16_tiles,
+/// the tiles' GFLOP/s over the 3 tile products each product takes), or 0
+/// where the CPU has no such loop.
+double probe_peak_once(std::size_t n_threads, peak_kind kind) {
+  const bool int8 = kind == peak_kind::int8;
+  if (kind == peak_kind::bf16_tiles) return probe_bf16_tiles_once(n_threads) / 3;
   const double total_iters = static_cast<double>(peak_iters) * static_cast<double>(n_threads);
   std::atomic<long> sink{0};
   double gops = 0;
@@ -647,8 +709,8 @@ compute_probe probe_compute(std::size_t n_threads) {
   r.n_threads = n_threads;
   std::vector<double> s8, s32;
   for (int run = 0; run < 3; ++run) {
-    if (const double g = probe_peak_once(n_threads, true); g > 0) s8.push_back(g);
-    if (const double g = probe_peak_once(n_threads, false); g > 0) s32.push_back(g);
+    if (const double g = probe_peak_once(n_threads, peak_kind::int8); g > 0) s8.push_back(g);
+    if (const double g = probe_peak_once(n_threads, peak_kind::f32); g > 0) s32.push_back(g);
   }
 #if defined(KESTREL_AMX)
   if (kestrel::quant::amx_enabled()) {
@@ -663,6 +725,10 @@ compute_probe probe_compute(std::size_t n_threads) {
     if (sink.load() == 42) std::fprintf(stderr, " ");
   }
 #endif
+  std::vector<double> bf16;
+  for (int run = 0; run < 3; ++run)
+    if (const double g = probe_bf16_tiles_once(n_threads); g > 0) bf16.push_back(g);
+  r.amx_bf16_gflops = kestrel::bench::median(bf16);
   r.int8_gops = kestrel::bench::median(s8);
   r.f32_gflops = kestrel::bench::median(s32);
   return r;
@@ -827,16 +893,19 @@ struct printer {
       object(buf + json_list(b.samples_gbps, "%.2f"));
   }
   void compute(const compute_probe& c) {
-    char buf[256];
+    char buf[320];
     std::snprintf(buf, sizeof buf,
                   "\"probe\": \"compute_peak\", \"build_commit\": \"%s\", \"n_threads\": %zu, \"int8_gops\": %.1f, "
-                  "\"f32_gflops\": %.1f, \"amx_int8_gops\": %.1f",
-                  commit.c_str(), c.n_threads, c.int8_gops, c.f32_gflops, c.amx_int8_gops);
+                  "\"f32_gflops\": %.1f, \"amx_int8_gops\": %.1f, \"amx_bf16_gflops\": %.1f",
+                  commit.c_str(), c.n_threads, c.int8_gops, c.f32_gflops, c.amx_int8_gops, c.amx_bf16_gflops);
     if (format == "md")
-      std::printf("probe: compute peak, %zu threads: int8 %.0f GOP/s, f32 FMA %.0f GFLOP/s%s\n", c.n_threads,
+      std::printf("probe: compute peak, %zu threads: int8 %.0f GOP/s, f32 FMA %.0f GFLOP/s%s%s\n", c.n_threads,
                   c.int8_gops, c.f32_gflops,
                   c.amx_int8_gops > 0 ? (", AMX int8 " + std::to_string(static_cast<long>(c.amx_int8_gops)) + " GOP/s").c_str()
-                                      : "");
+                                      : "",
+                  c.amx_bf16_gflops > 0
+                      ? (", AMX bf16 " + std::to_string(static_cast<long>(c.amx_bf16_gflops)) + " GFLOP/s").c_str()
+                      : "");
     else
       object(buf);
   }
@@ -889,7 +958,7 @@ struct printer {
     };
     // tg and pp+tg: the weights' read rate (empty for pp: JSON leaves it out, CSV's column is empty)
     f.push_back({"weights_gbps", r.weights_gbps.empty() ? "" : num("%.2f", kestrel::bench::median(r.weights_gbps)), false});
-    // pp and pp+tg: the compute peak of the bound (int8 or f32, the file's)
+    // pp and pp+tg: the compute peak of the bound (int8, f32, or the bf16 tiles' over 3: the file's)
     f.push_back({"peak_gops", r.peak_gops.empty() ? "" : num("%.1f", kestrel::bench::median(r.peak_gops)), false});
     return f;
   }
@@ -1122,8 +1191,12 @@ int main(int argc, char** argv) {
             // first repetition and after each (this host's speed moves
             // within seconds, so a peak from the start of the process
             // alone can be from another moment than the test's).
+            const peak_kind kind = facts.quantized ? peak_kind::int8
+                                   : n_prompt >= kestrel::cpu::gemm_amx_min_tokens && kestrel::cpu::amx_bf16_enabled()
+                                       ? peak_kind::bf16_tiles
+                                       : peak_kind::f32;
             auto probe_peak = [&] {
-              if (n_prompt) r.peak_gops.push_back(probe_peak_once(n_threads, facts.quantized));
+              if (n_prompt) r.peak_gops.push_back(probe_peak_once(n_threads, kind));
             };
             probe_weights();
             probe_peak();

@@ -92,6 +92,10 @@ def main():
         amx = [p["amx_int8_gops"] for p in peaks if p.get("amx_int8_gops")]
         if amx:
             print("AMX int8 peak (prefill's tiles; not in the bounds): %.0f .. %.0f GOP/s" % (min(amx), max(amx)))
+        bf16 = [p["amx_bf16_gflops"] for p in peaks if p.get("amx_bf16_gflops")]
+        if bf16:
+            print("AMX bf16 peak (float prompts' tiles; their pp bounds take a third of it): %.0f .. %.0f GFLOP/s" % (
+                min(bf16), max(bf16)))
     print()
     print("| file | model | test | kestrel t/s | llama.cpp t/s | kestrel / llama.cpp | bound t/s | kestrel / bound | llama.cpp / bound | kestrel peak RSS MiB (limit) |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|")

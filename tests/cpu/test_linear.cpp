@@ -904,6 +904,11 @@ TEST_CASE("cpu: matmul_shared == one matmul per matrix, bit for bit (x quantized
   check({&a.view, &b.view, &c.view});  // legacy blocks: one q8_0 quantization of x
   check({&d.view, &e.view});           // k-quants: one q8_K quantization
   check({&a.view, &d.view});           // different activation blocks: each quantizes its own
+  // float matrices of one width: one layout of x for the bf16 tiles where
+  // they run (37 tokens: past gemm_amx_min_tokens); of two widths, a layout each
+  random_weight f(dtype::f32, 70, cols, 97), g(dtype::f16, 32, cols, 98), h(dtype::bf16, 17, cols, 99);
+  check({&f.view, &g.view, &h.view});
+  check({&f.view, &a.view});  // float and quantized: each its own path
 }
 
 TEST_CASE("cpu: matmul_swiglu == matmul_shared of gate and up, then swiglu, bit for bit (fused where built, else the fallback)") {

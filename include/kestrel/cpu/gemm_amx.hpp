@@ -257,25 +257,48 @@ inline void panels(const T* w, std::size_t rows, std::size_t cols, const std::ui
 
 }  // namespace detail::amx_gemm
 
-/// Y = X W^T on the bf16 tiles; gemm_amx_available(cols) must hold. w:
-/// (rows, cols); x: (n_tokens, cols); y: (n_tokens, rows); row-major. pool
-/// may be null.
-template <class T>
-inline void gemm_amx(const T* w, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens, float* y,
-                     thread_pool* pool) {
+/// For each block of up to block_tokens tokens of x (n_tokens rows of
+/// cols): lays the block out as B tiles (in parallel, into the calling
+/// thread's scratch), then calls f(t0, nt, xt, n_pairs) (the block's first
+/// token, its tokens, the layout, its pairs of 16-token tiles). Products
+/// with one X (prefill's q, k and v; gate and up) share the layout:
+/// gemm_amx_block per matrix inside f.
+template <class F>
+inline void gemm_amx_token_blocks(const float* x, std::size_t n_tokens, std::size_t cols, thread_pool* pool, F&& f) {
   namespace D = detail::amx_gemm;
-  if (rows == 0 || n_tokens == 0) return;
-  const std::size_t nc = cols / 32, n_panels = (rows + 31) / 32;
+  const std::size_t nc = cols / 32;
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += D::block_tokens) {
     const std::size_t nt = std::min(D::block_tokens, n_tokens - t0), n_pairs = (nt + 31) / 32;
     std::uint16_t* xt = D::scratch<std::uint16_t, 2>(2 * n_pairs * nc * 2 * D::tile_u16);
     const float* xb = x + t0 * cols;
     parallel_for(pool, 2 * n_pairs, [&](std::size_t a, std::size_t b) { D::layout_tokens(xb, nt, cols, a, b, xt); },
                  nt * cols * 16);
-    parallel_for(pool, n_panels, [&](std::size_t p0, std::size_t p1) {
-      D::panels(w, rows, cols, xt, n_pairs, t0, nt, y, p0, p1);
-    }, nt * rows * cols);
+    f(t0, nt, static_cast<const std::uint16_t*>(xt), n_pairs);
   }
+}
+
+/// Y's tokens [t0, t0 + nt) = that block of X (laid out at xt by
+/// gemm_amx_token_blocks) times W^T; threads take the 32-row panels.
+/// w: (rows, cols); y: (n_tokens, rows), the whole of Y.
+template <class T>
+inline void gemm_amx_block(const T* w, std::size_t rows, std::size_t cols, const std::uint16_t* xt,
+                           std::size_t n_pairs, std::size_t t0, std::size_t nt, float* y, thread_pool* pool) {
+  parallel_for(pool, (rows + 31) / 32, [&](std::size_t p0, std::size_t p1) {
+    detail::amx_gemm::panels(w, rows, cols, xt, n_pairs, t0, nt, y, p0, p1);
+  }, nt * rows * cols);
+}
+
+/// Y = X W^T on the bf16 tiles; gemm_amx_available(cols) must hold. w:
+/// (rows, cols); x: (n_tokens, cols); y: (n_tokens, rows); row-major. pool
+/// may be null.
+template <class T>
+inline void gemm_amx(const T* w, std::size_t rows, std::size_t cols, const float* x, std::size_t n_tokens, float* y,
+                     thread_pool* pool) {
+  if (rows == 0 || n_tokens == 0) return;
+  gemm_amx_token_blocks(x, n_tokens, cols, pool,
+                        [&](std::size_t t0, std::size_t nt, const std::uint16_t* xt, std::size_t n_pairs) {
+                          gemm_amx_block(w, rows, cols, xt, n_pairs, t0, nt, y, pool);
+                        });
 }
 
 #else
@@ -283,6 +306,15 @@ inline void gemm_amx(const T* w, std::size_t rows, std::size_t cols, const float
 template <class T>
 inline void gemm_amx(const T*, std::size_t, std::size_t, const float*, std::size_t, float*, thread_pool*) {
   assert(!"gemm_amx without AMX-BF16 in the build: gemm_amx_available() said false");
+}
+template <class F>
+inline void gemm_amx_token_blocks(const float*, std::size_t, std::size_t, thread_pool*, F&&) {
+  assert(!"gemm_amx_token_blocks without AMX-BF16 in the build: gemm_amx_available() said false");
+}
+template <class T>
+inline void gemm_amx_block(const T*, std::size_t, std::size_t, const std::uint16_t*, std::size_t, std::size_t,
+                           std::size_t, float*, thread_pool*) {
+  assert(!"gemm_amx_block without AMX-BF16 in the build: gemm_amx_available() said false");
 }
 
 #endif

@@ -325,13 +325,38 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
   });
 }
 
+namespace detail {
+/// Whether matmul_shared's jobs are all float matrices (f32, f16, bf16) of
+/// one width that matmul would hand to the bf16 tiles for n_tokens tokens.
+inline bool float_tiles_shared(std::span<const matvec_job> jobs, std::size_t n_tokens) {
+  if (jobs.size() < 2 || eigen_gemm()) return false;
+  for (const matvec_job& j : jobs)
+    if (is_quantized(j.w->type) || j.w->rows == 0 || j.w->cols != jobs[0].w->cols) return false;
+  return gemm_amx_takes(jobs[0].w->cols, n_tokens);
+}
+}  // namespace detail
+
 /// Y_j = X W_j^T for each job {&w, y} (y: (n_tokens, w.rows)), over the same
 /// n_tokens rows of x: one matmul per job, but with x quantized once for
 /// all of them where every W is block-quantized with the same activation
 /// blocks and width and takes the int8 kernels (prefill's q, k and v; gate
-/// and up). The same bits as a matmul per job, each of which would quantize
-/// x the same way. Measured in bench/README.md ("Zen 5 again").
+/// and up), or laid out for the bf16 tiles once where every W is a float
+/// matrix of one width that takes them (cpu/gemm_amx.hpp). The same bits
+/// as a matmul per job, each of which would quantize or lay out x the same
+/// way. Measured in bench/README.md ("Zen 5 again"; "Float prompts on bf16
+/// tiles").
 inline void matmul_shared(std::span<const matvec_job> jobs, const float* x, std::size_t n_tokens, thread_pool* pool) {
+  if (detail::float_tiles_shared(jobs, n_tokens)) {
+    // float matrices of one width on the bf16 tiles: X laid out once for all
+    gemm_amx_token_blocks(x, n_tokens, jobs[0].w->cols, pool,
+                          [&](std::size_t t0, std::size_t nt, const std::uint16_t* xt, std::size_t n_pairs) {
+                            for (const matvec_job& j : jobs)
+                              visit_weight(*j.w, [&](const auto* data) {
+                                gemm_amx_block(data, j.w->rows, j.w->cols, xt, n_pairs, t0, nt, j.y, pool);
+                              });
+                          });
+    return;
+  }
   bool share = n_tokens > 1 && jobs.size() > 1;
 #if defined(KESTREL_DEQUANT_GEMM)
   for (const matvec_job& j : jobs) share = share && !detail::takes_dequant_gemm(*j.w, n_tokens);
