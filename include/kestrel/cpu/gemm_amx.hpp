@@ -23,16 +23,18 @@
 // its slice of X's layout (128 columns x 512 tokens x 4 bytes, 256 KiB,
 // stays in L2 across the group's panels); the C tiles go to a scratch of
 // the group's results (L2) between passes. The tile products themselves
-// run at about 4.4 ns each on one core here; from L2 one operand stream
-// gives about 60 bytes/ns, which bounds a kernel whose operands both come
-// from L2 at about 2.3x that (bench/README.md, "Float prompts on bf16
-// tiles").
+// run at about 4.4 ns each on one core here (11.4 TSC cycles); in this
+// kernel, with both operand streams passing through L2, at about 30 TSC
+// cycles: 1.7-2.5x the packed-panel GEMM on one thread on the 110M and
+// TinyLlama shapes (bench/README.md, "float prompts on bf16 tiles").
 //
 // Rounding: each output's sum runs over the chunks in order, three tile
 // products per chunk in the same order for every tile, token count and
 // thread count, so a token's row of Y does not depend on the tokens beside
 // it in the call (above gemm_amx_min_tokens; below it the float GEMM's
-// rounding applies).
+// rounding applies). Operands are finite and below bf16's largest value
+// (a model's are): an infinity would split into inf and NaN, and give NaN
+// where the float GEMM gives inf.
 #pragma once
 
 #include <algorithm>
@@ -48,9 +50,11 @@
 namespace kestrel::cpu {
 
 /// Tokens from which matmul's float products take the bf16 tiles: below
-/// it, the padding of the last 16-token tile and the splits of W cost more
-/// than the tiles save (measured in bench/README.md, "Float prompts on bf16
-/// tiles").
+/// it, the padding to 16-token tiles, X's layout and the splits of W cost
+/// more than the tiles save. Measured (2048 x 2048, 2 threads, GFLOP/s
+/// packed-panel GEMM / tiles): f32 24 tokens 210 / 215, 32 tokens 226 /
+/// 301; f16 24 tokens 234 / 253, 32 tokens 258 / 319 (bench/README.md,
+/// "float prompts on bf16 tiles").
 inline constexpr std::size_t gemm_amx_min_tokens = 32;
 
 /// Whether gemm_amx runs here for W of cols columns.

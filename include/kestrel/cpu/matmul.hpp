@@ -288,9 +288,9 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
   visit_weight(w, [&](const auto* data) {
     using T = std::remove_cv_t<std::remove_pointer_t<decltype(data)>>;
     // Where the CPU has AMX-BF16: the bf16 tiles (cpu/gemm_amx.hpp),
-    // 1.8-2.3x the packed-panel GEMM below on 512 tokens of the 110M and
-    // TinyLlama shapes (2 threads; bench/README.md, "Float prompts on bf16
-    // tiles").
+    // 1.3-2.4x the packed-panel GEMM below on 512 tokens of the 110M and
+    // TinyLlama shapes (2 threads), prompts of 512 tokens 1.6-2.3x as fast
+    // (bench/README.md, "float prompts on bf16 tiles").
     if (!eigen_gemm() && gemm_amx_takes(cols, n_tokens)) return gemm_amx(data, rows, cols, x, n_tokens, y, pool);
     const bool skinny = n_tokens <= detail::skinny_max_tokens<T>;
     if (!skinny && !eigen_gemm()) {
@@ -343,7 +343,7 @@ inline bool float_tiles_shared(std::span<const matvec_job> jobs, std::size_t n_t
 /// and up), or laid out for the bf16 tiles once where every W is a float
 /// matrix of one width that takes them (cpu/gemm_amx.hpp). The same bits
 /// as a matmul per job, each of which would quantize or lay out x the same
-/// way. Measured in bench/README.md ("Zen 5 again"; "Float prompts on bf16
+/// way. Measured in bench/README.md ("Zen 5 again"; "float prompts on bf16
 /// tiles").
 inline void matmul_shared(std::span<const matvec_job> jobs, const float* x, std::size_t n_tokens, thread_pool* pool) {
   if (detail::float_tiles_shared(jobs, n_tokens)) {
