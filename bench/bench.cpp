@@ -111,6 +111,7 @@
 #include "common.hpp"
 #include "build_info.h"
 #include "kestrel/cpu/gemm_amx.hpp"
+#include "kestrel/cpu/matmul.hpp"
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/streaming.hpp"
 #include "kestrel/quant/amx.hpp"
@@ -1192,7 +1193,8 @@ int main(int argc, char** argv) {
             // within seconds, so a peak from the start of the process
             // alone can be from another moment than the test's).
             const peak_kind kind = facts.quantized ? peak_kind::int8
-                                   : n_prompt >= kestrel::cpu::gemm_amx_min_tokens && kestrel::cpu::amx_bf16_enabled()
+                                   : n_prompt >= kestrel::cpu::gemm_amx_min_tokens && kestrel::cpu::amx_bf16_enabled() &&
+                                           !kestrel::cpu::eigen_gemm()
                                        ? peak_kind::bf16_tiles
                                        : peak_kind::f32;
             auto probe_peak = [&] {
