@@ -7,7 +7,9 @@
 // products, hi*hi + hi*lo + lo*hi (cpu/amx_bf16.hpp): every output within
 // bf16_split_rel sum_k |x_k w_k| of the exact product, plus the f32
 // accumulation's rounding, the bound tests/cpu/test_linear.cpp derives
-// (amx_tol). An f16 or bf16 weight is exactly its two halves.
+// (amx_tol). An f16 weight is exactly its two halves, a bf16 weight its hi
+// half alone: bf16 matrices take two tile products per product, hi*hi +
+// hi*lo.
 //
 // Layout. W's rows are the A tiles (16 rows x 32 columns, row-major as W
 // is, so a panel is only split, not transposed) and X's tokens the B tiles
@@ -41,6 +43,7 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "kestrel/cpu/amx_bf16.hpp"
@@ -117,9 +120,14 @@ inline void layout_tokens(const float* x, std::size_t n_tokens, std::size_t cols
     }
 }
 
+/// Whether a weight of type T is exactly its hi half (bf16: its lo half
+/// is zero, and the products that read it are left out).
+template <class T>
+inline constexpr bool hi_exact = std::is_same_v<T, kestrel::bf16>;
+
 /// Rows [r, r + n) (n <= 32; zeros past n) of w, chunks [c0, c1), as A
 /// tiles: chunk c - c0 at panel + (c - c0) 4 tile_u16, row tile 0's hi and
-/// lo, then row tile 1's.
+/// lo, then row tile 1's (the lo tiles left unwritten where hi_exact<T>).
 template <class T>
 inline void split_panel(const T* w, std::size_t cols, std::size_t r, std::size_t n, std::size_t c0, std::size_t c1,
                         std::uint16_t* panel) noexcept {
@@ -129,7 +137,7 @@ inline void split_panel(const T* w, std::size_t cols, std::size_t r, std::size_t
       if (j < n) S::split32(w + (r + j) * cols + 32 * c, hi, lo);
       std::uint16_t* dst = panel + ((c - c0) * 4 + (j / 16) * 2) * tile_u16 + (j % 16) * 32;
       _mm512_store_si512(dst, hi);
-      _mm512_store_si512(dst + tile_u16, lo);
+      if constexpr (!hi_exact<T>) _mm512_store_si512(dst + tile_u16, lo);
     }
 }
 
@@ -150,8 +158,11 @@ inline void prefetch_slice(const T* w, std::size_t cols, std::size_t r, std::siz
 
 /// The four C tiles at c (row tile a, token tile b at c + (2a + b) 256) +=
 /// chunks [0, n) of the panel slice at w (A tiles) and of token tiles x0,
-/// x1 (B tiles): per chunk, hi*hi, hi*lo, lo*hi into each, in that order.
+/// x1 (B tiles): per chunk, hi*hi, hi*lo, lo*hi into each, in that order
+/// (without lo*hi where W is exactly its hi halves: W_exact, 8 tile
+/// products a chunk instead of 12, the same sums as adding lo*hi's zeros).
 /// first: start from zeros instead of c.
+template <bool W_exact>
 inline void tiles_2x2(const std::uint16_t* w, const std::uint16_t* x0, const std::uint16_t* x1, std::size_t n,
                       float* c, bool first) noexcept {
   constexpr std::size_t T = tile_u16;
@@ -181,6 +192,7 @@ inline void tiles_2x2(const std::uint16_t* w, const std::uint16_t* x0, const std
     _tile_dpbf16ps(3, 5, 6);
     _tile_dpbf16ps(1, 4, 7);
     _tile_dpbf16ps(3, 5, 7);
+    if constexpr (W_exact) continue;
     _tile_loadd(4, w + T, 64);      // row tile 0, lo
     _tile_loadd(5, w + 3 * T, 64);  // row tile 1, lo
     _tile_dpbf16ps(1, 4, 6);
@@ -236,7 +248,7 @@ inline void panels(const T* w, std::size_t rows, std::size_t cols, const std::ui
         if (nr < p1 * 32 && nr < rows)
           prefetch_slice(w, cols, nr, std::min<std::size_t>(32, rows - nr), nc0, std::min(nc, nc0 + kc_chunks));
         for (std::size_t q = 0; q < n_pairs; ++q)
-          tiles_2x2(panel, xt + (2 * q * nc + c0) * 2 * tile_u16, xt + ((2 * q + 1) * nc + c0) * 2 * tile_u16, c1 - c0,
+          tiles_2x2<hi_exact<T>>(panel, xt + (2 * q * nc + c0) * 2 * tile_u16, xt + ((2 * q + 1) * nc + c0) * 2 * tile_u16, c1 - c0,
                     cs + (p * n_pairs + q) * 4 * S::tile_floats, c0 == 0);
       }
     }
