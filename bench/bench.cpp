@@ -587,68 +587,58 @@ __attribute__((target("avx2,fma"))) float fma_loop_avx2(long iters) {
 }
 
 #if defined(KESTREL_AMX)
-/// Where the prefill kernels run on AMX tiles (quant::amx_enabled()), the
-/// tiles' int8 peak: 4 independent TDPBSSD accumulations per iteration,
-/// each 16 x 16 x 64 multiply-adds (C in tiles 0-3, A in 4-5, B in 6-7).
-std::int64_t amx_loop(long iters) {
+/// The AMX peak loops' frame: every tile 16 rows x 64 bytes, the A and B
+/// tiles (4-7) `pattern` in every 16-bit lane, the C tiles (0-3) zeros,
+/// then step() (four independent tile products) iters times. Returns the
+/// first value of C tile 0, so that the loop is kept.
+template <class T, class Step>
+T amx_peak_loop(long iters, std::uint16_t pattern, Step step) {
   namespace am = kestrel::quant::detail::amx;
   am::tile_config c;
   for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 16;
   asm volatile("ldtilecfg %0" ::"m"(c));
-  alignas(64) std::int8_t bytes[16][64];
-  std::memset(bytes, 1, sizeof bytes);
+  alignas(64) std::uint16_t operand[16][32];
+  std::fill(&operand[0][0], &operand[0][0] + 16 * 32, pattern);
   asm volatile("" ::: "memory");  // tileloadd names no memory operand
-  _tile_loadd(4, bytes, 64);
-  _tile_loadd(5, bytes, 64);
-  _tile_loadd(6, bytes, 64);
-  _tile_loadd(7, bytes, 64);
+  _tile_loadd(4, operand, 64);
+  _tile_loadd(5, operand, 64);
+  _tile_loadd(6, operand, 64);
+  _tile_loadd(7, operand, 64);
   _tile_zero(0);
   _tile_zero(1);
   _tile_zero(2);
   _tile_zero(3);
-  for (long i = 0; i < iters; ++i) {
+  for (long i = 0; i < iters; ++i) step();
+  alignas(64) T out[16][16];
+  _tile_stored(0, out, 64);
+  am::release();
+  return out[0][0];
+}
+
+/// Where the prefill kernels run on AMX tiles (quant::amx_enabled()), the
+/// tiles' int8 peak: 4 independent TDPBSSD accumulations per iteration,
+/// each 16 x 16 x 64 multiply-adds (of bytes 1).
+std::int64_t amx_loop(long iters) {
+  return amx_peak_loop<std::int32_t>(iters, 0x0101, [] {
     _tile_dpbssd(0, 4, 6);
     _tile_dpbssd(1, 4, 7);
     _tile_dpbssd(2, 5, 6);
     _tile_dpbssd(3, 5, 7);
-  }
-  alignas(64) std::int32_t out[16][16];
-  _tile_stored(0, out, 64);
-  am::release();
-  return out[0][0];
+  });
 }
 #endif
 
 #if defined(KESTREL_AMX_BF16)
 /// Where float prompts run on AMX bf16 tiles (cpu::amx_bf16_enabled()),
 /// the tiles' bf16 peak: 4 independent TDPBF16PS accumulations per
-/// iteration, each 16 x 16 x 32 multiply-adds.
+/// iteration, each 16 x 16 x 32 multiply-adds (of bf16 2^-7).
 float amx_bf16_loop(long iters) {
-  namespace am = kestrel::quant::detail::amx;
-  am::tile_config c;
-  for (int t = 0; t < 8; ++t) c.colsb[t] = 64, c.rows[t] = 16;
-  asm volatile("ldtilecfg %0" ::"m"(c));
-  alignas(64) std::uint16_t halves[16][32];
-  std::fill(&halves[0][0], &halves[0][0] + 16 * 32, std::uint16_t{0x3c00});  // bf16 2^-7
-  asm volatile("" ::: "memory");  // tileloadd names no memory operand
-  _tile_loadd(4, halves, 64);
-  _tile_loadd(5, halves, 64);
-  _tile_loadd(6, halves, 64);
-  _tile_loadd(7, halves, 64);
-  _tile_zero(0);
-  _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
-  for (long i = 0; i < iters; ++i) {
+  return amx_peak_loop<float>(iters, 0x3c00, [] {
     _tile_dpbf16ps(0, 4, 6);
     _tile_dpbf16ps(1, 4, 7);
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
-  }
-  alignas(64) float out[16][16];
-  _tile_stored(0, out, 64);
-  am::release();
-  return out[0][0];
+  });
 }
 #endif
 
