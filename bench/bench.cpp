@@ -74,7 +74,9 @@
 // tiles (cpu/gemm_amx.hpp: the CPU has AMX-BF16, the prompt has
 // cpu::gemm_amx_min_tokens tokens or more), the tiles' bf16 peak (TDPBF16PS
 // back to back, amx_bf16_gflops) over 3, as each product takes three tile
-// products. Each peak is timed like the weights' reads: one run of its
+// products (over 2 for bf16 weights, which take two; where a matrix's
+// columns are not whole 32-column chunks it stays on the FMA GEMM, which
+// this bound does not tell apart). Each peak is timed like the weights' reads: one run of its
 // loop before the first repetition and one after each (median; JSON
 // peak_gops and samples_peak_gops), as the host's speed moves within
 // seconds. The probes at the start (compute_peak) are the same loops.
@@ -651,7 +653,7 @@ struct compute_probe {
 
 /// The peak loops: int8 (quantized files), f32 FMA (float files), the bf16
 /// tiles (float files' prompts where they run on them).
-enum class peak_kind { int8, f32, bf16_tiles };
+enum class peak_kind { int8, f32, bf16_tiles, bf16_tiles_2 };
 
 /// The tiles' bf16 GFLOP/s on n_threads threads (one run), or 0 where
 /// float prompts do not run on them.
@@ -669,12 +671,13 @@ double probe_bf16_tiles_once(std::size_t n_threads) {
   return 0;
 }
 
-/// One run of a peak loop on n_threads threads: GOP/s (for bf16_tiles,
-/// the tiles' GFLOP/s over the 3 tile products each product takes), or 0
-/// where the CPU has no such loop.
+/// One run of a peak loop on n_threads threads: GOP/s (for the bf16 tiles,
+/// the tiles' GFLOP/s over the tile products each product takes: 3, or 2
+/// for bf16 weights, bf16_tiles_2), or 0 where the CPU has no such loop.
 double probe_peak_once(std::size_t n_threads, peak_kind kind) {
   const bool int8 = kind == peak_kind::int8;
   if (kind == peak_kind::bf16_tiles) return probe_bf16_tiles_once(n_threads) / 3;
+  if (kind == peak_kind::bf16_tiles_2) return probe_bf16_tiles_once(n_threads) / 2;
   const double total_iters = static_cast<double>(peak_iters) * static_cast<double>(n_threads);
   std::atomic<long> sink{0};
   double gops = 0;
@@ -737,6 +740,7 @@ struct model_facts {
   std::uint64_t output_params = 0;  // elements of the output matrix
   std::uint64_t last_token_params = 0;  // the last layer's wq, wo and FFN: a prompt needs them for its last token only
   bool quantized = false;
+  bool bf16_layers = false;  // the layers' matrices are bf16 (two tile products a product on AMX bf16 tiles)
   std::string ftype;
 };
 
@@ -772,6 +776,7 @@ model_facts facts_of(const kestrel::model_file& f) {
   m.output_params = matrix_elems(w.output);
   m.decode_bytes = mat_bytes + w.output.bytes();
   m.quantized = quant_bytes > float_bytes;
+  m.bf16_layers = !w.layers.empty() && w.layers[0].wq.type == kestrel::dtype::bf16;
   if (f.gguf) {
     for (const auto& t : f.gguf->tensors()) {
       m.size += t.size_bytes;
@@ -1185,7 +1190,7 @@ int main(int argc, char** argv) {
             const peak_kind kind = facts.quantized ? peak_kind::int8
                                    : n_prompt >= kestrel::cpu::gemm_amx_min_tokens && kestrel::cpu::amx_bf16_enabled() &&
                                            !kestrel::cpu::eigen_gemm()
-                                       ? peak_kind::bf16_tiles
+                                       ? (facts.bf16_layers ? peak_kind::bf16_tiles_2 : peak_kind::bf16_tiles)
                                        : peak_kind::f32;
             auto probe_peak = [&] {
               if (n_prompt) r.peak_gops.push_back(probe_peak_once(n_threads, kind));

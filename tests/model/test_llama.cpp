@@ -63,7 +63,8 @@ double nmse_bound(const llama_hparams& hp, std::size_t n_positions, std::size_t 
   double rel = n_mat * lambda * std::sqrt(n) * u;
   if (cpu::attend_amx_available(hp.head_dim()))
     rel += 2.0 * static_cast<double>(hp.n_layer) * cpu::bf16_split_rel;
-  if (prompt_tokens >= cpu::gemm_amx_min_tokens && cpu::gemm_amx_available(hp.n_embd))
+  if (prompt_tokens >= cpu::gemm_amx_min_tokens &&
+      (cpu::gemm_amx_available(hp.n_embd) || cpu::gemm_amx_available(hp.n_ff)))
     rel += n_mat * cpu::bf16_split_rel;
   return rel * rel;
 }

@@ -87,9 +87,10 @@ inline __m512 load16(const T* p, bool valid) noexcept {
 
 /// The 32 values at p split: hi and lo as 32 bf16 each, in order (an A
 /// tile's row, or before a transpose a B tile's column of pairs). The
-/// same halves as split and pack_order for every value above 2^-126 in
-/// magnitude, by vcvtne2ps2bf16 (round to nearest even, as round_bf16;
-/// smaller values, which the tiles read as zeros anyway, flush to zero):
+/// same halves as split and pack_order wherever a half is a normal number,
+/// by vcvtne2ps2bf16 (round to nearest even, as round_bf16); a half below
+/// 2^-126 (a lo half of |x| below about 2^-118) flushes to zero, as the
+/// tiles would read it anyway:
 /// 0.6-0.7 of their time in gemm_amx's splits of W (rdtsc, one thread,
 /// 2048 x 2048 and 5632 x 2048 / 2048 x 5632, f32).
 template <class T>

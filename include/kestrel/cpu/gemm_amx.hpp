@@ -252,8 +252,8 @@ inline void panels(const T* w, std::size_t rows, std::size_t cols, const std::ui
                     cs + (p * n_pairs + q) * 4 * S::tile_floats, c0 == 0);
       }
     }
-    // Y token by token across the group's rows: each token's row of Y is
-    // written as one run of up to 256 floats; streamed past the caches
+    // Y token tile by token tile across the group's rows (each token's
+    // piece of Y, up to 256 floats, written 16 at a time); streamed past the caches
     // where the call's output is large (quant/amx.hpp's store_token_tiles
     // does the same for the int8 tiles, and why)
     const bool stream = reinterpret_cast<std::uintptr_t>(y) % 64 == 0 && rows % 16 == 0 &&
