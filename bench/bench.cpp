@@ -655,17 +655,24 @@ struct compute_probe {
 /// tiles (float files' prompts where they run on them).
 enum class peak_kind { int8, f32, bf16_tiles, bf16_tiles_2 };
 
+#if defined(KESTREL_AMX)
+/// One run of an AMX peak loop (amx_peak_loop's, loop(iters)) on each of
+/// n_threads threads: GOP/s, counting ops_per_iter an iteration.
+template <class Loop>
+double tiles_gops_once(std::size_t n_threads, double ops_per_iter, Loop loop) {
+  std::atomic<long> sink{0};
+  const long iters = peak_iters / 16;  // one tile product takes about as long as 16 vpdpbusd or 16-float FMAs
+  const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(loop(iters)); });
+  if (sink.load() == 42) std::fprintf(stderr, " ");
+  return static_cast<double>(iters) * static_cast<double>(n_threads) * ops_per_iter / t / 1e9;
+}
+#endif
+
 /// The tiles' bf16 GFLOP/s on n_threads threads (one run), or 0 where
 /// float prompts do not run on them.
 double probe_bf16_tiles_once(std::size_t n_threads) {
 #if defined(KESTREL_AMX_BF16)
-  if (kestrel::cpu::amx_bf16_enabled()) {
-    std::atomic<long> sink{0};
-    const long iters = peak_iters / 16;  // one TDPBF16PS takes about as long as 16 FMAs of 16 floats
-    const double t = on_threads(n_threads, [&](std::size_t) { sink += static_cast<long>(amx_bf16_loop(iters)); });
-    if (sink.load() == 42) std::fprintf(stderr, " ");
-    return static_cast<double>(iters) * static_cast<double>(n_threads) * 4 * 16 * 16 * 32 * 2 / t / 1e9;
-  }
+  if (kestrel::cpu::amx_bf16_enabled()) return tiles_gops_once(n_threads, 4 * 16 * 16 * 32 * 2, amx_bf16_loop);
 #endif
   (void)n_threads;
   return 0;
@@ -708,15 +715,9 @@ compute_probe probe_compute(std::size_t n_threads) {
   }
 #if defined(KESTREL_AMX)
   if (kestrel::quant::amx_enabled()) {
-    std::atomic<long> sink{0};
     std::vector<double> amx;
-    const long amx_iters = peak_iters / 16;  // one TDPBSSD takes about as long as 16 vpdpbusd
-    for (int run = 0; run < 3; ++run) {
-      const double t = on_threads(n_threads, [&](std::size_t) { sink += amx_loop(amx_iters); });
-      amx.push_back(static_cast<double>(amx_iters) * static_cast<double>(n_threads) * 4 * 16 * 16 * 64 * 2 / t / 1e9);
-    }
+    for (int run = 0; run < 3; ++run) amx.push_back(tiles_gops_once(n_threads, 4 * 16 * 16 * 64 * 2, amx_loop));
     r.amx_int8_gops = kestrel::bench::median(amx);
-    if (sink.load() == 42) std::fprintf(stderr, " ");
   }
 #endif
   std::vector<double> bf16;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common.hpp"
 #include "kestrel/cpu/gemm.hpp"
 #include "kestrel/cpu/gemm_amx.hpp"
 #include "kestrel/cpu/matmul.hpp"
@@ -25,11 +26,6 @@
 namespace {
 
 namespace cpu = kestrel::cpu;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 template <class F>
 double seconds(F&& f) {
@@ -70,6 +66,7 @@ void run(const char* type, std::size_t rows, std::size_t cols, std::size_t n, in
     if (skinny) t_skinny.push_back(c);
   }
   const double flop = 2.0 * static_cast<double>(n * rows * cols) / 1e9;
+  using kestrel::bench::median;
   const double g_gemm = flop / median(t_gemm), g_tiles = tiles ? flop / median(t_tiles) : 0;
   std::printf("{\"weights\": \"%s\", \"rows\": %zu, \"cols\": %zu, \"n_tokens\": %zu, \"n_threads\": %zu, "
               "\"reps\": %d, \"gemm_gflops\": %.1f, \"tiles_gflops\": %.1f, \"skinny_gflops\": %.1f, "

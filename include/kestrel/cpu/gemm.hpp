@@ -186,16 +186,22 @@ inline void gemm_tile_tail(std::size_t m, const float* panel, std::size_t k0, st
 /// depend on kc (above; tests/cpu/test_linear.cpp).
 inline constexpr std::size_t gemm_kc = simd::width >= 16 ? std::size_t(-1) : 6144;
 
-/// Per-thread f32 scratch of n floats, 64-byte aligned (the GEMM's panels,
-/// the Eigen path's converted tiles); grows, never shrinks, so steady-state
-/// prefill allocates nothing.
-inline float* float_scratch(std::size_t n) {
-  thread_local std::vector<float> buf;
-  const std::size_t need = n + 16;
+/// Per-thread scratch of n values of V, 64-byte aligned; grows, never
+/// shrinks, so steady-state prefill allocates nothing. Each Tag is a buffer
+/// of its own, for uses that hold theirs while another runs (the bf16
+/// tiles, cpu/gemm_amx.hpp, take tags 1 and 2).
+template <class V, int Tag>
+inline V* scratch(std::size_t n) {
+  thread_local std::vector<V> buf;
+  const std::size_t need = n + 64 / sizeof(V);
   if (buf.size() < need) buf.resize(need);
   auto p = reinterpret_cast<std::uintptr_t>(buf.data());
-  return reinterpret_cast<float*>((p + 63) & ~std::uintptr_t{63});
+  return reinterpret_cast<V*>((p + 63) & ~std::uintptr_t{63});
 }
+
+/// Per-thread f32 scratch of n floats (the GEMM's panels, the Eigen path's
+/// converted tiles).
+inline float* float_scratch(std::size_t n) { return scratch<float, 0>(n); }
 
 /// Y[:, r0:r1) = X W[r0:r1)^T, each panel of W made by pack(r, n, panel)
 /// (rows [r, r + n) of W as gemm_pack_panel lays them out, zeros past n).

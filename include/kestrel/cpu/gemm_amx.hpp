@@ -47,6 +47,7 @@
 #include <vector>
 
 #include "kestrel/cpu/amx_bf16.hpp"
+#include "kestrel/cpu/gemm.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/cpu/transpose.hpp"
 
@@ -81,18 +82,6 @@ inline constexpr std::size_t tile_u16 = 512;       // one tile: 16 rows x 64 byt
 inline constexpr std::size_t kc_chunks = 4;        // 32-column chunks per pass
 inline constexpr std::size_t group_panels = 8;     // 32-row panels sharing each pass over X
 inline constexpr std::size_t block_tokens = 512;   // tokens laid out at a time (a multiple of 32)
-
-/// Per-thread scratch of n 16-bit values or floats, 64-byte aligned; grows,
-/// never shrinks (steady-state prefill allocates nothing). Tag keeps each
-/// use its own buffer.
-template <class V, int Tag>
-inline V* scratch(std::size_t n) {
-  thread_local std::vector<V> buf;
-  const std::size_t need = n + 64 / sizeof(V);
-  if (buf.size() < need) buf.resize(need);
-  auto p = reinterpret_cast<std::uintptr_t>(buf.data());
-  return reinterpret_cast<V*>((p + 63) & ~std::uintptr_t{63});
-}
 
 /// Token tiles [tt0, tt1) of x (n_tokens rows of cols; tiles past n_tokens
 /// are zeros) as B tiles: tile tt, chunk c at xt + (tt nc + c) 2 tile_u16,
@@ -232,7 +221,7 @@ template <class T>
 inline void panels(const T* w, std::size_t rows, std::size_t cols, const std::uint16_t* xt, std::size_t n_pairs,
                    std::size_t t0, std::size_t n_tokens, float* y, std::size_t p0, std::size_t p1) {
   const std::size_t nc = cols / 32, ntt = 2 * n_pairs;
-  std::uint16_t* panel = scratch<std::uint16_t, 0>(kc_chunks * 4 * tile_u16);
+  std::uint16_t* panel = scratch<std::uint16_t, 1>(kc_chunks * 4 * tile_u16);
   float* cs = scratch<float, 1>(group_panels * n_pairs * 4 * S::tile_floats);
   quant::detail::amx::tiles_on tiles(64, 16);  // every tile 16 rows x 64 bytes
   for (std::size_t g = p0; g < p1; g += group_panels) {
@@ -285,7 +274,7 @@ inline void gemm_amx_token_blocks(const float* x, std::size_t n_tokens, std::siz
   const std::size_t nc = cols / 32;
   for (std::size_t t0 = 0; t0 < n_tokens; t0 += D::block_tokens) {
     const std::size_t nt = std::min(D::block_tokens, n_tokens - t0), n_pairs = (nt + 31) / 32;
-    std::uint16_t* xt = D::scratch<std::uint16_t, 2>(2 * n_pairs * nc * 2 * D::tile_u16);
+    std::uint16_t* xt = detail::scratch<std::uint16_t, 2>(2 * n_pairs * nc * 2 * D::tile_u16);
     const float* xb = x + t0 * cols;
     parallel_for(pool, 2 * n_pairs, [&](std::size_t a, std::size_t b) { D::layout_tokens(xb, nt, cols, a, b, xt); },
                  nt * cols * 16);

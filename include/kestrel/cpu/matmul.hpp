@@ -269,6 +269,13 @@ inline bool eigen_gemm() {
   return on;
 }
 
+/// Whether matmul's float product of n_tokens tokens with W of cols columns
+/// runs on the bf16 tiles (cpu/gemm_amx.hpp): where they run here, and not
+/// when KESTREL_EIGEN_GEMM=1 asks for Eigen.
+inline bool takes_bf16_tiles(std::size_t cols, std::size_t n_tokens) {
+  return !eigen_gemm() && gemm_amx_takes(cols, n_tokens);
+}
+
 /// Y = X W^T. w: (rows, cols) of f32, f16 or bf16; x: (n_tokens, cols);
 /// y: (n_tokens, rows); all row-major. pool may be null. y must not alias x.
 inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, float* y, thread_pool* pool) {
@@ -291,7 +298,7 @@ inline void matmul(const weight_view& w, const float* x, std::size_t n_tokens, f
     // 1.3-2.4x the packed-panel GEMM below on 512 tokens of the 110M and
     // TinyLlama shapes (2 threads), prompts of 512 tokens 1.6-2.3x as fast
     // (bench/README.md, "float prompts on bf16 tiles").
-    if (!eigen_gemm() && gemm_amx_takes(cols, n_tokens)) return gemm_amx(data, rows, cols, x, n_tokens, y, pool);
+    if (takes_bf16_tiles(cols, n_tokens)) return gemm_amx(data, rows, cols, x, n_tokens, y, pool);
     const bool skinny = n_tokens <= detail::skinny_max_tokens<T>;
     if (!skinny && !eigen_gemm()) {
       // Our packed-panel GEMM (cpu/gemm.hpp): threads take panels of
@@ -329,10 +336,10 @@ namespace detail {
 /// Whether matmul_shared's jobs are all float matrices (f32, f16, bf16) of
 /// one width that matmul would hand to the bf16 tiles for n_tokens tokens.
 inline bool float_tiles_shared(std::span<const matvec_job> jobs, std::size_t n_tokens) {
-  if (jobs.size() < 2 || eigen_gemm()) return false;
+  if (jobs.size() < 2) return false;
   for (const matvec_job& j : jobs)
     if (is_quantized(j.w->type) || j.w->rows == 0 || j.w->cols != jobs[0].w->cols) return false;
-  return gemm_amx_takes(jobs[0].w->cols, n_tokens);
+  return takes_bf16_tiles(jobs[0].w->cols, n_tokens);
 }
 }  // namespace detail
 
