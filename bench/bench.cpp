@@ -71,12 +71,11 @@
 // vpmaddwd, the pair an AVX2 kernel issues per 32 products) for quantized
 // files and the f32 FMA peak (512- or 256-bit, what the CPU has) for float
 // files (f32, f16, bf16); where a float file's prompt runs on AMX bf16
-// tiles (cpu/gemm_amx.hpp: the CPU has AMX-BF16, the prompt has
-// cpu::gemm_amx_min_tokens tokens or more), the tiles' bf16 peak (TDPBF16PS
-// back to back, amx_bf16_gflops) over 3, as each product takes three tile
-// products (over 2 for bf16 weights, which take two; where a matrix's
-// columns are not whole 32-column chunks it stays on the FMA GEMM, which
-// this bound does not tell apart). Each peak is timed like the weights' reads: one run of its
+// tiles (cpu::takes_bf16_tiles: the CPU has AMX-BF16, the prompt has
+// cpu::gemm_amx_min_tokens tokens or more and every layer matrix's width
+// is whole 32-column chunks), the tiles' bf16 peak (TDPBF16PS back to
+// back, amx_bf16_gflops) over 3, as each product takes three tile products
+// (over 2 for bf16 weights, which take two). Each peak is timed like the weights' reads: one run of its
 // loop before the first repetition and one after each (median; JSON
 // peak_gops and samples_peak_gops), as the host's speed moves within
 // seconds. The probes at the start (compute_peak) are the same loops.
@@ -101,6 +100,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <span>
 #include <string>
@@ -742,6 +742,7 @@ struct model_facts {
   std::uint64_t last_token_params = 0;  // the last layer's wq, wo and FFN: a prompt needs them for its last token only
   bool quantized = false;
   bool bf16_layers = false;  // the layers' matrices are bf16 (two tile products a product on AMX bf16 tiles)
+  std::size_t cols_gcd = 0;  // the greatest common divisor of the layers' matrices' widths (cpu::takes_bf16_tiles)
   std::string ftype;
 };
 
@@ -764,6 +765,7 @@ model_facts facts_of(const kestrel::model_file& f) {
   auto add_layer_matrix = [&](const kestrel::weight_view& v) {
     if (!v.data) return;
     m.layer_params += matrix_elems(v);
+    m.cols_gcd = std::gcd(m.cols_gcd, v.cols);
     mat_bytes += v.bytes();
     (kestrel::is_quantized(v.type) ? quant_bytes : float_bytes) += v.bytes();
   };
@@ -1189,8 +1191,7 @@ int main(int argc, char** argv) {
             // within seconds, so a peak from the start of the process
             // alone can be from another moment than the test's).
             const peak_kind kind = facts.quantized ? peak_kind::int8
-                                   : n_prompt >= kestrel::cpu::gemm_amx_min_tokens && kestrel::cpu::amx_bf16_enabled() &&
-                                           !kestrel::cpu::eigen_gemm()
+                                   : kestrel::cpu::takes_bf16_tiles(facts.cols_gcd, static_cast<std::size_t>(n_prompt))
                                        ? (facts.bf16_layers ? peak_kind::bf16_tiles_2 : peak_kind::bf16_tiles)
                                        : peak_kind::f32;
             auto probe_peak = [&] {
