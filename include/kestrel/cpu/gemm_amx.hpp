@@ -24,7 +24,8 @@
 // split (16 KiB, stays in L1) and every token pair passes over it, reading
 // its slice of X's layout (128 columns x 512 tokens x 4 bytes, 256 KiB,
 // stays in L2 across the group's panels); the C tiles go to a scratch of
-// the group's results (L2) between passes. The tile products themselves
+// the group's results (L2) between passes, each call asking for the next
+// call's C tiles into L1 and for a few rows of the next slice into L2. The tile products themselves
 // run at about 4.4 ns each on one core here (11.4 TSC cycles); in this
 // kernel, with both operand streams passing through L2, at about 30 TSC
 // cycles: 1.7-2.5x the packed-panel GEMM on one thread on the 110M and
@@ -150,10 +151,15 @@ inline void prefetch_slice(const T* w, std::size_t cols, std::size_t r, std::siz
 /// x1 (B tiles): per chunk, hi*hi, hi*lo, lo*hi into each, in that order
 /// (without lo*hi where W is exactly its hi halves: W_exact, 8 tile
 /// products a chunk instead of 12, the same sums as adding lo*hi's zeros).
-/// first: start from zeros instead of c.
+/// first: start from zeros instead of c. c_next: the C tiles the next call
+/// loads, or null: asked for into L1 a tile per chunk, so that call does not
+/// start by waiting on L2. With the slice's prefetch spread over the calls
+/// (panels, below): 1.07-1.08x the tiles' GFLOP/s (kestrel-bench-gemm,
+/// geometric mean of the 14 shapes), prompts of 512 tokens in 0.93x the
+/// time (110M f32) and 0.89-0.96x (TinyLlama f16; bench/README.md).
 template <bool W_exact>
 inline void tiles_2x2(const std::uint16_t* w, const std::uint16_t* x0, const std::uint16_t* x1, std::size_t n,
-                      float* c, bool first) noexcept {
+                      float* c, bool first, const float* c_next = nullptr) noexcept {
   constexpr std::size_t T = tile_u16;
   if (first) {
     _tile_zero(0);
@@ -167,6 +173,8 @@ inline void tiles_2x2(const std::uint16_t* w, const std::uint16_t* x0, const std
     _tile_loadd(3, c + 768, 64);
   }
   for (std::size_t k = 0; k < n; ++k, w += 4 * T, x0 += 2 * T, x1 += 2 * T) {
+    if (c_next && k < 4)  // a C tile (1 KiB) a chunk
+      for (std::size_t l = 0; l < 16; ++l) _mm_prefetch(reinterpret_cast<const char*>(c_next + 256 * k + 16 * l), _MM_HINT_T0);
     _tile_loadd(4, w, 64);          // row tile 0, hi
     _tile_loadd(5, w + 2 * T, 64);  // row tile 1, hi
     _tile_loadd(6, x0, 64);         // token tile 0, hi
@@ -231,14 +239,25 @@ inline void panels(const T* w, std::size_t rows, std::size_t cols, const std::ui
       for (std::size_t p = 0; p < gn; ++p) {
         const std::size_t r = (g + p) * 32;
         split_panel(w, cols, r, std::min<std::size_t>(32, rows - r), c0, c1, panel);
-        // the next slice split: the group's next panel, else its first at the next pass, else the next group's
+        // the C tiles the next call loads: the next (panel, pair) in this pass, else the first at the next pass
+        auto next_c = [&](std::size_t i) -> const float* {
+          if (i == gn * n_pairs) return c1 < nc ? cs : nullptr;
+          return c0 > 0 ? cs + i * 4 * S::tile_floats : nullptr;
+        };
+        // the next slice split: the group's next panel, else its first at the next pass, else the next group's;
+        // its rows asked for a few per call rather than all at once (a burst of 256 prefetches held up
+        // the tile loads behind it: 1.04x the tiles' GFLOP/s spread so, kestrel-bench-gemm)
         const std::size_t nr = p + 1 < gn ? r + 32 : c1 < nc ? g * 32 : (g + gn) * 32;
         const std::size_t nc0 = p + 1 < gn ? c0 : c1 < nc ? c1 : 0;
-        if (nr < p1 * 32 && nr < rows)
-          prefetch_slice(w, cols, nr, std::min<std::size_t>(32, rows - nr), nc0, std::min(nc, nc0 + kc_chunks));
-        for (std::size_t q = 0; q < n_pairs; ++q)
+        const std::size_t pn = nr < p1 * 32 && nr < rows ? std::min<std::size_t>(32, rows - nr) : 0;
+        const std::size_t per = (pn + n_pairs - 1) / n_pairs;
+        for (std::size_t q = 0; q < n_pairs; ++q) {
+          const std::size_t j0 = std::min(pn, q * per), j1 = std::min(pn, j0 + per);
+          if (j0 < j1) prefetch_slice(w, cols, nr + j0, j1 - j0, nc0, std::min(nc, nc0 + kc_chunks));
           tiles_2x2<hi_exact<T>>(panel, xt + (2 * q * nc + c0) * 2 * tile_u16, xt + ((2 * q + 1) * nc + c0) * 2 * tile_u16, c1 - c0,
-                    cs + (p * n_pairs + q) * 4 * S::tile_floats, c0 == 0);
+                    cs + (p * n_pairs + q) * 4 * S::tile_floats, c0 == 0,
+                    next_c(p * n_pairs + q + 1));
+        }
       }
     }
     // Y token tile by token tile across the group's rows (each token's
