@@ -9,7 +9,6 @@
 //
 // Defaults: 2 threads, 512 tokens, 7 repetitions.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -29,9 +28,9 @@ namespace cpu = kestrel::cpu;
 
 template <class F>
 double seconds(F&& f) {
-  const auto t0 = std::chrono::steady_clock::now();
+  const double t0 = kestrel::bench::now_ms();
   f();
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return (kestrel::bench::now_ms() - t0) / 1e3;
 }
 
 template <class T>

@@ -51,8 +51,9 @@ namespace {
 // not a rounding of u. That is
 // a worst case, not a statistical one: 2 split_rel per layer (scores, then
 // sums) adds to rel as it is, not times lambda sqrt(n). Where a prompt's
-// float products run on the tiles too (cpu/gemm_amx.hpp, a prompt of
-// cpu::gemm_amx_min_tokens tokens or more), each of the n_mat products adds
+// float products run on the tiles too (cpu/gemm_amx.hpp, where
+// cpu::takes_bf16_tiles holds for n_embd or n_ff columns and the prompt's
+// tokens), each of the n_mat products adds
 // split_rel the same way (tests/cpu/test_linear.cpp, amx_tol), whatever
 // the weights' type. prompt_tokens: the tokens of the prefill call that
 // computed the logits (n_positions where not given).
@@ -63,8 +64,7 @@ double nmse_bound(const llama_hparams& hp, std::size_t n_positions, std::size_t 
   double rel = n_mat * lambda * std::sqrt(n) * u;
   if (cpu::attend_amx_available(hp.head_dim()))
     rel += 2.0 * static_cast<double>(hp.n_layer) * cpu::bf16_split_rel;
-  if (prompt_tokens >= cpu::gemm_amx_min_tokens &&
-      (cpu::gemm_amx_available(hp.n_embd) || cpu::gemm_amx_available(hp.n_ff)))
+  if (cpu::takes_bf16_tiles(hp.n_embd, prompt_tokens) || cpu::takes_bf16_tiles(hp.n_ff, prompt_tokens))
     rel += n_mat * cpu::bf16_split_rel;
   return rel * rel;
 }

@@ -25,11 +25,12 @@
 // its slice of X's layout (128 columns x 512 tokens x 4 bytes, 256 KiB,
 // stays in L2 across the group's panels); the C tiles go to a scratch of
 // the group's results (L2) between passes, each call asking for the next
-// call's C tiles into L1 and for a few rows of the next slice into L2. The tile products themselves
-// run at about 4.4 ns each on one core here (11.4 TSC cycles); in this
-// kernel, with both operand streams passing through L2, at about 30 TSC
-// cycles: 1.7-2.5x the packed-panel GEMM on one thread on the 110M and
-// TinyLlama shapes (bench/README.md, "float prompts on bf16 tiles").
+// call's C tiles into L1 and for a few rows of the next slice into L2. The
+// tile products themselves run at about 4.4 ns each on one core here (11.4
+// TSC cycles); in this kernel, with both operand streams passing through
+// L2, at about 30 TSC cycles: 1.7-2.5x the packed-panel GEMM on one thread
+// on the 110M and TinyLlama shapes (bench/README.md, "float prompts on
+// bf16 tiles").
 //
 // Rounding: each output's sum runs over the chunks in order, three tile
 // products per chunk in the same order for every tile, token count and
@@ -173,8 +174,9 @@ inline void tiles_2x2(const std::uint16_t* w, const std::uint16_t* x0, const std
     _tile_loadd(3, c + 768, 64);
   }
   for (std::size_t k = 0; k < n; ++k, w += 4 * T, x0 += 2 * T, x1 += 2 * T) {
-    if (c_next && k < 4)  // a C tile (1 KiB) a chunk
-      for (std::size_t l = 0; l < 16; ++l) _mm_prefetch(reinterpret_cast<const char*>(c_next + 256 * k + 16 * l), _MM_HINT_T0);
+    if (c_next && k < 4)  // C tile k (1 KiB, 16 lines) in chunk k
+      for (std::size_t l = 0; l < 16; ++l)
+        _mm_prefetch(reinterpret_cast<const char*>(c_next + k * S::tile_floats + 16 * l), _MM_HINT_T0);
     _tile_loadd(4, w, 64);          // row tile 0, hi
     _tile_loadd(5, w + 2 * T, 64);  // row tile 1, hi
     _tile_loadd(6, x0, 64);         // token tile 0, hi
@@ -236,14 +238,15 @@ inline void panels(const T* w, std::size_t rows, std::size_t cols, const std::ui
     const std::size_t gn = std::min(group_panels, p1 - g);
     for (std::size_t c0 = 0; c0 < nc; c0 += kc_chunks) {
       const std::size_t c1 = std::min(nc, c0 + kc_chunks);
+      // the C tiles that call i (panel p, pair q: p n_pairs + q) of this pass
+      // loads, i = gn n_pairs being the next pass's first; null where none
+      auto c_of_call = [&](std::size_t i) -> const float* {
+        if (i == gn * n_pairs) return c1 < nc ? cs : nullptr;
+        return c0 > 0 ? cs + i * 4 * S::tile_floats : nullptr;
+      };
       for (std::size_t p = 0; p < gn; ++p) {
         const std::size_t r = (g + p) * 32;
         split_panel(w, cols, r, std::min<std::size_t>(32, rows - r), c0, c1, panel);
-        // the C tiles the next call loads: the next (panel, pair) in this pass, else the first at the next pass
-        auto next_c = [&](std::size_t i) -> const float* {
-          if (i == gn * n_pairs) return c1 < nc ? cs : nullptr;
-          return c0 > 0 ? cs + i * 4 * S::tile_floats : nullptr;
-        };
         // the next slice split: the group's next panel, else its first at the next pass, else the next group's;
         // its rows asked for a few per call rather than all at once (a burst of 256 prefetches held up
         // the tile loads behind it: 1.04x the tiles' GFLOP/s spread so, kestrel-bench-gemm)
@@ -256,7 +259,7 @@ inline void panels(const T* w, std::size_t rows, std::size_t cols, const std::ui
           if (j0 < j1) prefetch_slice(w, cols, nr + j0, j1 - j0, nc0, std::min(nc, nc0 + kc_chunks));
           tiles_2x2<hi_exact<T>>(panel, xt + (2 * q * nc + c0) * 2 * tile_u16, xt + ((2 * q + 1) * nc + c0) * 2 * tile_u16, c1 - c0,
                     cs + (p * n_pairs + q) * 4 * S::tile_floats, c0 == 0,
-                    next_c(p * n_pairs + q + 1));
+                    c_of_call(p * n_pairs + q + 1));
         }
       }
     }
