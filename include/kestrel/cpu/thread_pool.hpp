@@ -4,15 +4,16 @@
 // The model calls parallel_for about ten times per layer per token, so one
 // call must cost microseconds, not the tens of microseconds of creating
 // threads or allocating: workers live as long as the pool, a call publishes
-// a (function pointer, context) pair without allocating, workers spin briefly
-// for the next call (the next matvec usually follows within microseconds) and
-// then sleep on a condition variable so an idle pool costs no CPU. Each call
-// is cut into a few chunks per thread, longest first, that the threads
-// claim one at a time, so on a shared machine a descheduled worker delays a
-// call by at most one chunk (or not at all when it has not yet claimed one)
-// rather than by its whole share, and the threads finish within a short
-// last chunk of each other (chunk_begin); publishing a call and joining it take no lock unless a
-// thread has gone to sleep.
+// a (function pointer, context) pair without allocating, workers poll for
+// the next call for about a millisecond (spin_time: the next product
+// usually follows within microseconds) and then sleep on a condition
+// variable, so an idle pool costs no CPU. Each call is cut into a few
+// chunks per thread, longest first, that the threads claim one at a time,
+// so on a shared machine a descheduled worker delays a call by at most one
+// chunk (or not at all when it has not yet claimed one) rather than by its
+// whole share, and the threads finish within a short last chunk of each
+// other (chunk_begin); publishing a call and joining it take no lock unless
+// a thread has gone to sleep.
 //
 // Contract: one parallel_for at a time per pool (the pool is not a queue):
 // a second thread calling while a call is running gets invalid_argument
@@ -22,6 +23,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -182,8 +184,7 @@ class thread_pool {
     // Wait for chunks that workers claimed and are still running: spin
     // first (a chunk is short), then sleep.
     auto all_done = [&] { return done_chunks_.load(std::memory_order_seq_cst) == total; };
-    for (int spin = 0; spin < spin_iterations && !all_done(); ++spin) detail::cpu_relax();
-    if (!all_done()) {
+    if (!spin_until(all_done)) {
       std::unique_lock lock(mutex_);
       caller_sleeping_.store(true, std::memory_order_seq_cst);
       done_.wait(lock, all_done);
@@ -193,10 +194,39 @@ class thread_pool {
     if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
   }
 
-  // A few tens of microseconds of spinning (PAUSE is ~10-140 cycles): longer
-  // than the gap between two kernels of a layer, short enough not to starve
-  // other threads when the pool has more threads than cores.
-  static constexpr int spin_iterations = 2000;
+  /// How long a thread waiting for the next call (a worker) or for the
+  /// call's last chunks (the caller) polls before it sleeps; sleeping costs
+  /// the next call a futex wake, 10-45 us in a virtual machine. The gaps a
+  /// decode step leaves are the other thread's last chunk (up to a few
+  /// hundred microseconds for TinyLlama's f32 rows) and the serial work
+  /// between products. 2000 PAUSEs, the bound before, are about 20 us on
+  /// the AMX Xeon host (140-cycle PAUSE) and less on AMD: there the worker
+  /// slept about once a layer, and the products after a sleep started
+  /// 4-45 us late (a /tmp decode profile, TinyLlama q8_0, 2 threads;
+  /// bench/README.md). Measured in time, not PAUSEs, so that it does not
+  /// depend on the CPU. Past the first spin_pauses PAUSEs the poll yields
+  /// the core now and then, so a pool with more threads than cores lets
+  /// the thread that has work run.
+  static constexpr std::chrono::microseconds spin_time{1000};
+  static constexpr int spin_pauses = 2000;
+  /// Polls done() with PAUSE, then with a yield every 64 polls as well,
+  /// until it holds or spin_time has passed; returns done().
+  template <class Done>
+  static bool spin_until(Done&& done) noexcept {
+    for (int i = 0; i < spin_pauses; ++i) {
+      if (done()) return true;
+      detail::cpu_relax();
+    }
+    const auto until = std::chrono::steady_clock::now() + spin_time;
+    for (unsigned i = 1;; ++i) {
+      if (done()) return true;
+      detail::cpu_relax();
+      if (i % 64 == 0) {
+        if (std::chrono::steady_clock::now() >= until) return done();
+        std::this_thread::yield();
+      }
+    }
+  }
   /// The guided schedule's rounds for n items: the most, up to max_r (and
   /// max_rounds), that leave every chunk at least one item (size() << R <= n).
   std::size_t rounds(std::size_t n, std::size_t max_r = max_rounds) const noexcept {
@@ -274,10 +304,7 @@ class thread_pool {
     auto generation = [&] { return static_cast<std::uint32_t>(state_.load(std::memory_order_seq_cst) >> 32); };
     for (;;) {
       std::uint32_t g = seen;
-      for (int spin = 0; spin < spin_iterations && g == seen; ++spin) {
-        detail::cpu_relax();
-        g = generation();
-      }
+      spin_until([&] { return (g = generation()) != seen; });
       if (g == seen) {
         std::unique_lock lock(mutex_);
         sleepers_.fetch_add(1, std::memory_order_seq_cst);
