@@ -57,7 +57,8 @@ class thread_pool {
 
   /// n_threads in 1..max_threads threads in all; the thread calling
   /// parallel_for is one of them, so n_threads - 1 workers are started.
-  explicit thread_pool(std::size_t n_threads) : n_threads_(n_threads) {
+  explicit thread_pool(std::size_t n_threads)
+      : n_threads_(n_threads), oversubscribed_(n_threads > std::thread::hardware_concurrency()) {
     require(n_threads >= 1, "thread_pool: n_threads must be at least 1");
     require(n_threads <= max_threads, "thread_pool: n_threads = " + std::to_string(n_threads) +
                                           " exceeds the limit of " + std::to_string(max_threads));
@@ -204,26 +205,21 @@ class thread_pool {
   /// slept about once a layer, and the products after a sleep started
   /// 4-45 us late (a /tmp decode profile, TinyLlama q8_0, 2 threads;
   /// bench/README.md). Measured in time, not PAUSEs, so that it does not
-  /// depend on the CPU. Past the first spin_pauses PAUSEs the poll yields
-  /// the core now and then, so a pool with more threads than cores lets
-  /// the thread that has work run.
+  /// depend on the CPU. A pool with more threads than the machine has
+  /// cores also yields the core every 64 polls, so that a thread with work
+  /// gets to run.
   static constexpr std::chrono::microseconds spin_time{1000};
-  static constexpr int spin_pauses = 2000;
-  /// Polls done() with PAUSE, then with a yield every 64 polls as well,
-  /// until it holds or spin_time has passed; returns done().
+  /// Polls done() with PAUSE (and yields, oversubscribed_) until it holds
+  /// or spin_time has passed; returns done().
   template <class Done>
-  static bool spin_until(Done&& done) noexcept {
-    for (int i = 0; i < spin_pauses; ++i) {
-      if (done()) return true;
-      detail::cpu_relax();
-    }
+  bool spin_until(Done&& done) const noexcept {
     const auto until = std::chrono::steady_clock::now() + spin_time;
     for (unsigned i = 1;; ++i) {
       if (done()) return true;
       detail::cpu_relax();
       if (i % 64 == 0) {
         if (std::chrono::steady_clock::now() >= until) return done();
-        std::this_thread::yield();
+        if (oversubscribed_) std::this_thread::yield();
       }
     }
   }
@@ -332,6 +328,7 @@ class thread_pool {
   }
 
   std::size_t n_threads_;
+  bool oversubscribed_;  // more threads than hardware threads (unknown counts as 0): idle polls yield
   std::vector<std::thread> workers_;  // (n_threads_ - 1)
 
   // The published job; written by the caller before bumping generation_.
