@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <span>
@@ -49,7 +50,7 @@ class mapped_file {
       throw file_error(path_, "file is empty");
     }
     size_ = static_cast<std::size_t>(st.st_size);
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    void* p = map_aligned(fd, size_);
     const int e = errno;
     ::close(fd);
     if (p == MAP_FAILED) throw file_error(path_, std::string("cannot mmap: ") + std::strerror(e));
@@ -81,6 +82,33 @@ class mapped_file {
     data_ = nullptr;
     size_ = 0;
   }
+  /// The file's n bytes mapped read-only, from a 2 MiB boundary where the
+  /// file is that large: where the page cache holds the file in 2 MiB
+  /// folios, only such a mapping can map them as 2 MiB pages (both must lie
+  /// on the 2 MiB grid). MAP_FAILED (errno set) where it cannot be mapped.
+  static void* map_aligned(int fd, std::size_t n) noexcept {
+    constexpr std::size_t huge = std::size_t{2} << 20;
+    if (n < huge) return ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    // Reserve n + 2 MiB of address space, map the file over its first 2 MiB
+    // boundary, give back what lies either side.
+    void* r = ::mmap(nullptr, n + huge, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (r == MAP_FAILED) return ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
+    const auto lo = reinterpret_cast<std::uintptr_t>(r);
+    const auto at = (lo + huge - 1) / huge * huge;
+    void* p = ::mmap(reinterpret_cast<void*>(at), n, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+    if (p == MAP_FAILED) {
+      const int e = errno;
+      ::munmap(r, n + huge);
+      errno = e;
+      return MAP_FAILED;
+    }
+    const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    const std::uintptr_t end = (at + n + page - 1) / page * page, hi = lo + n + huge;
+    if (at > lo) ::munmap(r, at - lo);
+    if (hi > end) ::munmap(reinterpret_cast<void*>(end), hi - end);
+    return p;
+  }
+
   std::string path_;
   const std::byte* data_ = nullptr;
   std::size_t size_ = 0;
@@ -119,6 +147,67 @@ inline void touch_pages(const std::byte* p, std::size_t n) noexcept {
   for (std::size_t i = 0; i < n; i += 4096) acc += static_cast<unsigned>(p[i]);
   if (n) acc += static_cast<unsigned>(p[n - 1]);
   asm volatile("" ::"r"(acc));  // the reads are the point: keep them
+}
+
+/// Maps every page of [p, p + n) of a file mapping, reading from the file
+/// what the page cache does not hold (madvise MADV_POPULATE_READ, Linux
+/// 5.14; touch_pages where the kernel lacks it).
+inline void populate_pages(const std::byte* p, std::size_t n) noexcept {
+#if defined(MADV_POPULATE_READ)
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto lo = reinterpret_cast<std::uintptr_t>(p) / page * page;
+  if (n && ::madvise(reinterpret_cast<void*>(lo), reinterpret_cast<std::uintptr_t>(p) + n - lo, MADV_POPULATE_READ) == 0)
+    return;
+#endif
+  touch_pages(p, n);
+}
+
+/// What /proc/self/smaps says of the mapping that holds address p: the path
+/// of its file (empty for anonymous memory) and how many of its bytes are
+/// mapped as 2 MiB pages of that file (FilePmdMapped). All empty where
+/// there is no such file (not Linux) or no mapping holds p.
+struct file_mapping_info {
+  std::string path;
+  std::size_t pmd_mapped = 0;
+};
+inline file_mapping_info describe_file_mapping(const void* p) {
+  file_mapping_info info;
+  std::FILE* f = std::fopen("/proc/self/smaps", "re");
+  if (!f) return info;
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  char line[4096];
+  bool inside = false;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long lo = 0, hi = 0;
+    int name = 0;
+    // A mapping's first line: "lo-hi perms offset dev inode   path"; its
+    // fields' lines start with a capital letter and a colon after the name.
+    if (std::sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &name) == 2 && name > 0) {
+      if (inside) break;  // past the mapping that held p
+      inside = lo <= at && at < hi;
+      if (inside) {
+        std::string_view rest(line + name);
+        while (!rest.empty() && (rest.back() == '\n' || rest.back() == ' ')) rest.remove_suffix(1);
+        info.path = std::string(rest);
+      }
+      continue;
+    }
+    unsigned long kb = 0;
+    if (inside && std::sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1) info.pmd_mapped = kb * 1024;
+  }
+  std::fclose(f);
+  return info;
+}
+
+/// Asks the kernel to drop the page cache's copy of the file at path
+/// (posix_fadvise POSIX_FADV_DONTNEED): clean pages that no process maps go,
+/// and are read from the disk again when next read; others stay. A hint:
+/// nothing happens where the file cannot be opened.
+inline void drop_cached_pages(const std::string& path) noexcept {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
 }
 
 /// Whether the kernel hands out transparent huge pages to a region that asks

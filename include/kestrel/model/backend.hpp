@@ -48,8 +48,13 @@ enum class weight_placement {
   /// model's construction: 0.2-5.5 s for TinyLlama's 0.6-4.4 GB there
   /// (kestrel-bench's load_ns).
   huge_pages,
-  /// As huge_pages while the copy runs at copy_rate_limit::min_bytes_per_s
-  /// or faster; from the first stretch of copy_rate_limit::probe_bytes that
+  /// First, file mappings of copy_rate_limit::page_cache_min_bytes or more
+  /// are asked for in 2 MiB pages of the page cache itself
+  /// (detail::file_in_huge_pages: a file cached in small folios is read
+  /// again); where they all get them, the matrices that keep the file's
+  /// layout stay in place, in 2 MiB pages, and only those interleaved at
+  /// load are copied. Otherwise, as huge_pages while the copy runs at
+  /// copy_rate_limit::min_bytes_per_s or faster; from the first stretch of copy_rate_limit::probe_bytes that
   /// ran slower on, the matrices that keep the file's layout stay in place,
   /// as with `file` (those interleaved at load are still copied: their
   /// kernels are the faster ones). The default.
@@ -83,10 +88,61 @@ enum class weight_placement {
 /// and one stretch of TinyLlama's first layer's matrices (wq, wk, wv, wo in
 /// f16; wq alone in f32): with 32 MiB the guest's f32 build took 1.2 s to
 /// stop copying, its first 36 MiB.
+///
+/// Before any copy, weight_placement::automatic asks for a file mapping of
+/// page_cache_min_bytes or more in 2 MiB pages of the page cache itself
+/// (file_in_huge_pages): where it gets them, the matrices that keep their
+/// layout stay in place, in 2 MiB pages, with no copy and no second
+/// memory. 64 MiB: smaller models (the 110M shape's f16 file is 256 MB;
+/// stories15M's 58 MB) gain little from 2 MiB pages, and a file in the page
+/// cache in small folios is read from the disk again to get them.
 struct copy_rate_limit {
   double min_bytes_per_s = 0.25e9;
   std::size_t probe_bytes = std::size_t{16} << 20;
+  std::size_t page_cache_min_bytes = std::size_t{64} << 20;
 };
+
+namespace detail {
+
+/// Whether every one of w's file mappings of min_bytes or more lies in 2
+/// MiB pages of the page cache (mapped so, FilePmdMapped in
+/// /proc/self/smaps, over 90% of it), after asking for them: each mapping
+/// is marked for huge pages (MADV_HUGEPAGE) and its pages mapped
+/// (populate_pages), which reads what the page cache lacks in 2 MiB folios
+/// where the file system makes them (ext4, xfs, ... on recent kernels). A
+/// file the page cache holds in small folios (as written, or as read
+/// without the mark) is dropped from it (drop_cached_pages; the pages some
+/// other process maps stay) and read again so. False, and the mappings as
+/// they were but their pages mapped, where there is no such mapping or one
+/// does not get there (no huge pages for files: tmpfs without huge=,
+/// older kernels; a file another process keeps mapped).
+/// Why: on the AMX Xeon guest (a Firecracker VM) fresh anonymous huge
+/// pages fault in at 0.06-0.14 GB/s (the host backs guest memory when first
+/// touched), so automatic's copy stops after its first stretches and the
+/// matrices stay in 4 KiB pages; re-reading TinyLlama q8_0's 1.1 GB into
+/// 2 MiB folios took 2.3 s (the dropped pages' memory reused at once), and
+/// decode from them ran 1.07-1.10x as fast as from 4 KiB pages
+/// (kestrel-bench tg128, bench/README.md).
+inline bool file_in_huge_pages(const llama_weights& w, std::size_t min_bytes) {
+  bool any = false;
+  for (const auto& m : w.mapped) {
+    if (m.size() < min_bytes) continue;
+    any = true;
+    auto* const p = const_cast<std::byte*>(m.data());
+    ::madvise(p, m.size(), MADV_HUGEPAGE);  // a hint; the mapping is 2 MiB aligned (mapped_file)
+    populate_pages(m.data(), m.size());
+    const file_mapping_info info = describe_file_mapping(m.data());
+    if (info.pmd_mapped >= m.size() / 10 * 9) continue;
+    if (info.path.empty()) return false;
+    release_pages(m.data(), m.size());
+    drop_cached_pages(info.path);
+    populate_pages(m.data(), m.size());
+    if (describe_file_mapping(m.data()).pmd_mapped < m.size() / 10 * 9) return false;
+  }
+  return any;
+}
+
+}  // namespace detail
 
 /// The xsimd kernels of cpu/ on a persistent pool of `n_threads` threads
 /// (the caller's thread is one of them).
@@ -289,6 +345,10 @@ KESTREL_CPU_BACKEND_FN attend_block(const cpu::basic_attend_block_args<T>& a) {
 }
 KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
   if (placement_ == weight_placement::file || w.mapped.empty() || !transparent_huge_pages()) return;
+  // automatic: the file mappings in 2 MiB pages of the page cache, where
+  // they can be, keep the plain matrices in place.
+  const bool file_huge =
+      placement_ == weight_placement::automatic && detail::file_in_huge_pages(w, limit_.page_cache_min_bytes);
   std::vector<weight_view*> views;
   for (auto& L : w.layers)
     for (weight_view* v : L.matrices()) views.push_back(v);
@@ -312,13 +372,14 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
     else {
       const dtype type = copy_type(*v);
       where.push_back({src, total, i, type});
-      total += (weight_view{type, nullptr, v->rows, v->cols}.bytes() + 63) / 64 * 64;
+      if (!file_huge || type != v->type)  // file_huge keeps the plain ones in place
+        total += (weight_view{type, nullptr, v->rows, v->cols}.bytes() + 63) / 64 * 64;
     }
   }
-  if (total == 0) return;
+  if (total == 0 && !file_huge) return;
   std::shared_ptr<huge_page_buffer> copy;
   try {
-    copy = std::make_shared<huge_page_buffer>(total);
+    if (total > 0) copy = std::make_shared<huge_page_buffer>(total);
   } catch (const error&) {
     return;  // no memory to map: the weights stay where they are, as with weight_placement::file
   }
@@ -341,6 +402,11 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
       continue;
     }
     const bool relayout = p.type != views[i]->type;
+    if (!relayout && file_huge) {
+      views[i]->huge_pages = true;  // in place, in the page cache's 2 MiB pages
+      left = true;
+      continue;
+    }
     if (!relayout && !copy_plain) {
       left = true;  // stays in the file mapping
       continue;
