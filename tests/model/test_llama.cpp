@@ -18,6 +18,9 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include "kestrel/model/llama.hpp"
 #include "kestrel/model/load.hpp"
 #include "kestrel/model/save.hpp"
@@ -459,6 +462,62 @@ TEST_CASE("weight_placement::automatic: past a slow probe the plain matrices sta
     }
   }
 #endif
+}
+
+TEST_CASE("weight_placement::automatic: a file the page cache holds in 2 MiB folios is read in place") {
+  // 40 MB of f16 (over the 32 MiB that file_in_huge_pages samples), output
+  // tied; the limit lets it look at a file this small.
+  llama_hparams hp = test::random_llama_shape();
+  hp.n_embd = 512;
+  hp.n_layer = 6;
+  hp.n_ff = 1536;
+  hp.n_vocab = 4000;
+  auto mem = test::random_llama(hp, dtype::f16, 13);
+  mem.output = mem.token_embd;
+  const auto path = test::scratch_dir("placement") / "page_cache_f16.gguf";
+  write_gguf(mem, path);
+  if (!transparent_huge_pages()) {
+    MESSAGE("this kernel offers no transparent huge pages: nothing to look for");
+    return;
+  }
+  // Out of the page cache (written back first), so the load reads it cold:
+  // in 2 MiB folios where the kernel and the file system make them.
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    ::fsync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  const llama_weights file = load_gguf_weights(std::make_shared<const io::gguf_file>(path));
+  REQUIRE(file.mapped.size() == 1);
+  CHECK(reinterpret_cast<std::uintptr_t>(file.mapped[0].data()) % huge_page_buffer::huge_page == 0);
+  const copy_rate_limit look{.min_bytes_per_s = 0, .page_cache_min_bytes = 0};  // and a copy never stops
+  llama_weights w = file;
+  cpu_backend(2, weight_placement::automatic, look).prepare_weights(w);
+  const bool in_folios = file_pmd_mapped_bytes(file.mapped[0].data()) >= file.mapped[0].size() / 10 * 9;
+  MESSAGE(std::string(in_folios ? "the page cache holds the file in 2 MiB folios: read in place"
+                     : "the page cache holds the file in small folios here: copied as before"));
+  for (std::size_t l = 0; l < hp.n_layer; ++l) {
+    const auto a = file.layers[l].matrices(), b = std::as_const(w.layers[l]).matrices();
+    for (std::size_t m = 0; m < a.size(); ++m) {
+      CHECK((b[m]->data == a[m]->data) == in_folios);
+      CHECK(b[m]->huge_pages);  // in 2 MiB pages either way
+    }
+  }
+  CHECK((w.output.data == file.output.data) == in_folios);
+  CHECK(w.output.data == w.token_embd.data);
+  if (in_folios) CHECK(w.copied_bytes == 0);
+
+  // The same bits as the weights read in place by 4 KiB pages.
+  const auto seq = some_tokens(20, hp.n_vocab);
+  llama_model<> automatic(file, 64, cpu_backend(2, weight_placement::automatic, look));
+  llama_model<> in_place(file, 64, cpu_backend(2, weight_placement::file));
+  CHECK(automatic.prefill_all_logits(seq) == in_place.prefill_all_logits(seq));
+  for (token_id t : {token_id{3}, token_id{9}}) {
+    const auto a = automatic.decode(t), b = in_place.decode(t);
+    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  }
 }
 
 TEST_CASE("k-quant and q4_0 matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {

@@ -83,9 +83,12 @@ class mapped_file {
     size_ = 0;
   }
   /// The file's n bytes mapped read-only, from a 2 MiB boundary where the
-  /// file is that large: where the page cache holds the file in 2 MiB
-  /// folios, only such a mapping can map them as 2 MiB pages (both must lie
-  /// on the 2 MiB grid). MAP_FAILED (errno set) where it cannot be mapped.
+  /// file is that large, and marked for huge pages (MADV_HUGEPAGE, a
+  /// hint): what the page cache lacks is then read in 2 MiB folios where the
+  /// file system makes them, and folios of 2 MiB are mapped as 2 MiB pages
+  /// (only on the 2 MiB grid). The model's matrices read in place so take
+  /// one TLB entry per 2 MiB (cpu_backend's weight_placement::automatic).
+  /// MAP_FAILED (errno set) where it cannot be mapped.
   static void* map_aligned(int fd, std::size_t n) noexcept {
     constexpr std::size_t huge = std::size_t{2} << 20;
     if (n < huge) return ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
@@ -106,6 +109,7 @@ class mapped_file {
     const std::uintptr_t end = (at + n + page - 1) / page * page, hi = lo + n + huge;
     if (at > lo) ::munmap(r, at - lo);
     if (hi > end) ::munmap(reinterpret_cast<void*>(end), hi - end);
+    ::madvise(p, n, MADV_HUGEPAGE);
     return p;
   }
 
@@ -162,52 +166,30 @@ inline void populate_pages(const std::byte* p, std::size_t n) noexcept {
   touch_pages(p, n);
 }
 
-/// What /proc/self/smaps says of the mapping that holds address p: the path
-/// of its file (empty for anonymous memory) and how many of its bytes are
-/// mapped as 2 MiB pages of that file (FilePmdMapped). All empty where
-/// there is no such file (not Linux) or no mapping holds p.
-struct file_mapping_info {
-  std::string path;
-  std::size_t pmd_mapped = 0;
-};
-inline file_mapping_info describe_file_mapping(const void* p) {
-  file_mapping_info info;
+/// How many bytes of the mapping that holds address p are mapped as 2 MiB
+/// pages of a file (FilePmdMapped in /proc/self/smaps); 0 where that cannot
+/// be read (not Linux) or no mapping holds p.
+inline std::size_t file_pmd_mapped_bytes(const void* p) {
   std::FILE* f = std::fopen("/proc/self/smaps", "re");
-  if (!f) return info;
+  if (!f) return 0;
   const auto at = reinterpret_cast<std::uintptr_t>(p);
   char line[4096];
   bool inside = false;
+  std::size_t bytes = 0;
   while (std::fgets(line, sizeof line, f)) {
-    unsigned long lo = 0, hi = 0;
-    int name = 0;
-    // A mapping's first line: "lo-hi perms offset dev inode   path"; its
-    // fields' lines start with a capital letter and a colon after the name.
-    if (std::sscanf(line, "%lx-%lx %*s %*s %*s %*s %n", &lo, &hi, &name) == 2 && name > 0) {
+    unsigned long lo = 0, hi = 0, kb = 0;
+    char dash = 0;
+    // A mapping's first line starts "lo-hi " (hex); its fields' lines with a
+    // name and a colon ("FilePmdMapped:  2048 kB").
+    if (std::sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-') {
       if (inside) break;  // past the mapping that held p
       inside = lo <= at && at < hi;
-      if (inside) {
-        std::string_view rest(line + name);
-        while (!rest.empty() && (rest.back() == '\n' || rest.back() == ' ')) rest.remove_suffix(1);
-        info.path = std::string(rest);
-      }
-      continue;
+    } else if (inside && std::sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1) {
+      bytes = kb * 1024;
     }
-    unsigned long kb = 0;
-    if (inside && std::sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1) info.pmd_mapped = kb * 1024;
   }
   std::fclose(f);
-  return info;
-}
-
-/// Asks the kernel to drop the page cache's copy of the file at path
-/// (posix_fadvise POSIX_FADV_DONTNEED): clean pages that no process maps go,
-/// and are read from the disk again when next read; others stay. A hint:
-/// nothing happens where the file cannot be opened.
-inline void drop_cached_pages(const std::string& path) noexcept {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-  ::close(fd);
+  return bytes;
 }
 
 /// Whether the kernel hands out transparent huge pages to a region that asks

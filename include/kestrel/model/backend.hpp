@@ -48,13 +48,11 @@ enum class weight_placement {
   /// model's construction: 0.2-5.5 s for TinyLlama's 0.6-4.4 GB there
   /// (kestrel-bench's load_ns).
   huge_pages,
-  /// First, file mappings of copy_rate_limit::page_cache_min_bytes or more
-  /// are asked for in 2 MiB pages of the page cache itself
-  /// (detail::file_in_huge_pages: a file cached in small folios is read
-  /// again); where they all get them, the matrices that keep the file's
-  /// layout stay in place, in 2 MiB pages, and only those interleaved at
-  /// load are copied. Otherwise, as huge_pages while the copy runs at
-  /// copy_rate_limit::min_bytes_per_s or faster; from the first stretch of copy_rate_limit::probe_bytes that
+  /// Where the file mappings of copy_rate_limit::page_cache_min_bytes or
+  /// more lie in 2 MiB pages of the page cache (detail::file_in_huge_pages),
+  /// the matrices that keep the file's layout stay in place and only those
+  /// interleaved at load are copied. Otherwise, as huge_pages while the
+  /// copy runs at copy_rate_limit::min_bytes_per_s or faster; from the first stretch of copy_rate_limit::probe_bytes that
   /// ran slower on, the matrices that keep the file's layout stay in place,
   /// as with `file` (those interleaved at load are still copied: their
   /// kernels are the faster ones). The default.
@@ -89,13 +87,12 @@ enum class weight_placement {
 /// f16; wq alone in f32): with 32 MiB the guest's f32 build took 1.2 s to
 /// stop copying, its first 36 MiB.
 ///
-/// Before any copy, weight_placement::automatic asks for a file mapping of
-/// page_cache_min_bytes or more in 2 MiB pages of the page cache itself
-/// (file_in_huge_pages): where it gets them, the matrices that keep their
-/// layout stay in place, in 2 MiB pages, with no copy and no second
-/// memory. 64 MiB: smaller models (the 110M shape's f16 file is 256 MB;
-/// stories15M's 58 MB) gain little from 2 MiB pages, and a file in the page
-/// cache in small folios is read from the disk again to get them.
+/// Before any copy, weight_placement::automatic looks whether file mappings
+/// of page_cache_min_bytes or more lie in 2 MiB pages of the page cache
+/// itself (detail::file_in_huge_pages): where they do, the matrices that
+/// keep their layout stay in place, with no copy and no second memory.
+/// 64 MiB keeps the check (a sample mapped, /proc/self/smaps read) off the
+/// small models, which stream from the L3 cache.
 struct copy_rate_limit {
   double min_bytes_per_s = 0.25e9;
   std::size_t probe_bytes = std::size_t{16} << 20;
@@ -105,39 +102,36 @@ struct copy_rate_limit {
 namespace detail {
 
 /// Whether every one of w's file mappings of min_bytes or more lies in 2
-/// MiB pages of the page cache (mapped so, FilePmdMapped in
-/// /proc/self/smaps, over 90% of it), after asking for them: each mapping
-/// is marked for huge pages (MADV_HUGEPAGE) and its pages mapped
-/// (populate_pages), which reads what the page cache lacks in 2 MiB folios
-/// where the file system makes them (ext4, xfs, ... on recent kernels). A
-/// file the page cache holds in small folios (as written, or as read
-/// without the mark) is dropped from it (drop_cached_pages; the pages some
-/// other process maps stay) and read again so. False, and the mappings as
-/// they were but their pages mapped, where there is no such mapping or one
-/// does not get there (no huge pages for files: tmpfs without huge=,
-/// older kernels; a file another process keeps mapped).
-/// Why: on the AMX Xeon guest (a Firecracker VM) fresh anonymous huge
-/// pages fault in at 0.06-0.14 GB/s (the host backs guest memory when first
-/// touched), so automatic's copy stops after its first stretches and the
-/// matrices stay in 4 KiB pages; re-reading TinyLlama q8_0's 1.1 GB into
-/// 2 MiB folios took 2.3 s (the dropped pages' memory reused at once), and
-/// decode from them ran 1.07-1.10x as fast as from 4 KiB pages
-/// (kestrel-bench tg128, bench/README.md).
+/// MiB pages of the page cache: each is marked for huge pages
+/// (MADV_HUGEPAGE), a 16 MiB sample from its middle mapped (populate_pages)
+/// and, where most of that sample came as 2 MiB pages (FilePmdMapped in
+/// /proc/self/smaps), the whole mapping, which must then be 90% so. False
+/// where there is no such mapping or one is not so (a file the page cache
+/// holds in small folios, as written; no huge pages for files: tmpfs
+/// without huge=, older kernels), the mappings left as they were but the
+/// sample mapped.
+/// Where the page cache holds a file in 2 MiB folios (on the AMX Xeon
+/// guest's 6.18 kernel, the TinyLlama files dropped from the page cache and
+/// read again came back so, through a mapping marked or not), reading it in place
+/// takes no copy, no second memory and no fresh pages. A file cached in
+/// small folios is not dropped and read again to get them: on the AMX Xeon
+/// guest that moved TinyLlama f16 and f32 into memory the host served at
+/// 24-28 GB/s against 30-31 before (the same pages mapped 4 KiB at a time
+/// read as slowly, so it was where they lay, not the page size), and
+/// decode ran 0.82x as fast, while TinyLlama q8_0's pages landed where they
+/// read at 33 GB/s and decode ran 1.09x as fast (bench/README.md).
 inline bool file_in_huge_pages(const llama_weights& w, std::size_t min_bytes) {
+  constexpr std::size_t sample = std::size_t{16} << 20, huge = std::size_t{2} << 20;
   bool any = false;
   for (const auto& m : w.mapped) {
-    if (m.size() < min_bytes) continue;
+    if (m.size() < min_bytes || m.size() < 2 * sample) continue;
     any = true;
-    auto* const p = const_cast<std::byte*>(m.data());
-    ::madvise(p, m.size(), MADV_HUGEPAGE);  // a hint; the mapping is 2 MiB aligned (mapped_file)
+    ::madvise(const_cast<std::byte*>(m.data()), m.size(), MADV_HUGEPAGE);  // as mapped_file does (other loaders may not)
+    const std::size_t mid = m.size() / 2 / huge * huge;
+    populate_pages(m.data() + mid, sample);
+    if (file_pmd_mapped_bytes(m.data()) < sample / 2) return false;
     populate_pages(m.data(), m.size());
-    const file_mapping_info info = describe_file_mapping(m.data());
-    if (info.pmd_mapped >= m.size() / 10 * 9) continue;
-    if (info.path.empty()) return false;
-    release_pages(m.data(), m.size());
-    drop_cached_pages(info.path);
-    populate_pages(m.data(), m.size());
-    if (describe_file_mapping(m.data()).pmd_mapped < m.size() / 10 * 9) return false;
+    if (file_pmd_mapped_bytes(m.data()) < m.size() / 10 * 9) return false;
   }
   return any;
 }
