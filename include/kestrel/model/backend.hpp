@@ -52,7 +52,8 @@ enum class weight_placement {
   /// more lie in 2 MiB pages of the page cache (detail::file_in_huge_pages),
   /// the matrices that keep the file's layout stay in place and only those
   /// interleaved at load are copied. Otherwise, as huge_pages while the
-  /// copy runs at copy_rate_limit::min_bytes_per_s or faster; from the first stretch of copy_rate_limit::probe_bytes that
+  /// copy runs at copy_rate_limit::min_bytes_per_s or faster; from the
+  /// first stretch of copy_rate_limit::probe_bytes that
   /// ran slower on, the matrices that keep the file's layout stay in place,
   /// as with `file` (those interleaved at load are still copied: their
   /// kernels are the faster ones). The default.
@@ -112,14 +113,15 @@ namespace detail {
 /// sample mapped.
 /// Where the page cache holds a file in 2 MiB folios (on the AMX Xeon
 /// guest's 6.18 kernel, the TinyLlama files dropped from the page cache and
-/// read again came back so, through a mapping marked or not), reading it in place
-/// takes no copy, no second memory and no fresh pages. A file cached in
-/// small folios is not dropped and read again to get them: on the AMX Xeon
-/// guest that moved TinyLlama f16 and f32 into memory the host served at
-/// 24-28 GB/s against 30-31 before (the same pages mapped 4 KiB at a time
-/// read as slowly, so it was where they lay, not the page size), and
-/// decode ran 0.82x as fast, while TinyLlama q8_0's pages landed where they
-/// read at 33 GB/s and decode ran 1.09x as fast (bench/README.md).
+/// read again came back so, through a mapping marked or not), reading it
+/// in place takes no copy, no second memory and no fresh pages. A file
+/// cached in small folios is not dropped and read again to get them: on
+/// the AMX Xeon guest that moved TinyLlama f16 and f32 into memory the host
+/// served at 24-28 GB/s against 30-31 before (the same pages mapped 4 KiB
+/// at a time read as slowly: it was where they lay, not the page size),
+/// and their decode ran 0.82-0.84x as fast, while TinyLlama q8_0's pages
+/// landed where they read at 33 GB/s and its decode ran 1.07-1.10x as fast
+/// (bench/README.md).
 inline bool file_in_huge_pages(const llama_weights& w, std::size_t min_bytes) {
   constexpr std::size_t sample = std::size_t{16} << 20, huge = std::size_t{2} << 20;
   bool any = false;
