@@ -104,13 +104,15 @@ namespace detail {
 
 /// Whether every one of w's file mappings of min_bytes or more lies in 2
 /// MiB pages of the page cache: each is marked for huge pages
-/// (MADV_HUGEPAGE), a 16 MiB sample from its middle mapped (populate_pages)
-/// and, where most of that sample came as 2 MiB pages (FilePmdMapped in
-/// /proc/self/smaps), the whole mapping, which must then be 90% so. False
-/// where there is no such mapping or one is not so (a file the page cache
-/// holds in small folios, as written; no huge pages for files: tmpfs
-/// without huge=, older kernels), the mappings left as they were but the
-/// sample mapped.
+/// (MADV_HUGEPAGE) and a 16 MiB sample from its middle mapped
+/// (populate_pages), which must come as 2 MiB pages (FilePmdMapped in
+/// /proc/self/smaps, half of it or more). False where there is no such
+/// mapping or one is not so (a file the page cache holds in small folios,
+/// as written; no huge pages for files: tmpfs without huge=, older
+/// kernels). Only the sample is mapped here, not the whole file: mapping it
+/// all held the pages of matrices about to be copied (the interleaved
+/// types) and of the token embeddings, and TinyLlama Q4_K_M's peak RSS
+/// went from 644 to 738 MiB, over file + KV cache + 64 MiB.
 /// Where the page cache holds a file in 2 MiB folios (on the AMX Xeon
 /// guest's 6.18 kernel, the TinyLlama files dropped from the page cache and
 /// read again came back so, through a mapping marked or not), reading it
@@ -132,8 +134,6 @@ inline bool file_in_huge_pages(const llama_weights& w, std::size_t min_bytes) {
     const std::size_t mid = m.size() / 2 / huge * huge;
     populate_pages(m.data() + mid, sample);
     if (file_pmd_mapped_bytes(m.data()) < sample / 2) return false;
-    populate_pages(m.data(), m.size());
-    if (file_pmd_mapped_bytes(m.data()) < m.size() / 10 * 9) return false;
   }
   return any;
 }
@@ -463,13 +463,36 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
   take({&w.output_norm_b, w.hparams.n_embd});
   moved->vectors.resize(n_floats);
   float* at = moved->vectors.data();
+  // Each vector's 2 MiB around it given back once copied: where the page
+  // cache holds the file in 2 MiB folios, reading a norm mapped the whole
+  // folio (a small-page mapping, map_small_pages, did not change that on
+  // the 6.18 guest), and TinyLlama Q4_K_M's 45 norms held 74 MB at once,
+  // its peak RSS over file + KV cache + 64 MiB.
   for (const auto& [p, n] : vecs) {
-    std::memcpy(at, *p, n * sizeof(float));
+    const auto* src = reinterpret_cast<const std::byte*>(*p);
+    std::memcpy(at, src, n * sizeof(float));
+    const std::size_t grid = huge_page_buffer::huge_page;
+    for (const auto& m : w.mapped)
+      if (src >= m.data() && src < m.data() + m.size()) {
+        const std::size_t off = static_cast<std::size_t>(src - m.data());
+        const std::size_t lo = off / grid * grid, hi = std::min(m.size(), (off + n * sizeof(float) + grid - 1) / grid * grid);
+        release_pages(m.data() + lo, hi - lo);
+      }
     *p = at;
     at += n;
   }
   w.copy = std::move(moved);
-  if (left) return;  // matrices left in the mappings are read from there
+  if (left) {  // matrices left in the mappings are read from there
+    // but the token embeddings (not tied) a row per token: by small pages,
+    // or each row read maps the 2 MiB folio around it (mapped_file asks
+    // for them): TinyLlama Q4_K_M's tg32 peak RSS 694 MiB, 644 so.
+    const auto* emb = static_cast<const std::byte*>(w.token_embd.data);
+    if (emb && emb != w.output.data && w.in_mapping(emb, w.token_embd.bytes())) {
+      release_pages(emb, w.token_embd.bytes());
+      map_small_pages(emb, w.token_embd.bytes());
+    }
+    return;
+  }
   // What stays in the mappings (the token embeddings, rope frequencies)
   // is read a row at a time: give every page back, and map what is read
   // again by small pages (core/mmap.hpp).
