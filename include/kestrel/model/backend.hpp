@@ -121,7 +121,7 @@ namespace detail {
 /// the AMX Xeon guest that moved TinyLlama f16 and f32 into memory the host
 /// served at 24-28 GB/s against 30-31 before (the same pages mapped 4 KiB
 /// at a time read as slowly: it was where they lay, not the page size),
-/// and their decode ran 0.82-0.84x as fast, while TinyLlama q8_0's pages
+/// and their decode ran 0.81-0.86x as fast, while TinyLlama q8_0's pages
 /// landed where they read at 33 GB/s and its decode ran 1.07-1.10x as fast
 /// (bench/README.md).
 inline bool file_in_huge_pages(const llama_weights& w, std::size_t min_bytes) {
