@@ -388,6 +388,24 @@ TEST_CASE("weights copied into huge pages: the views move, the bytes and the log
   }
 }
 
+namespace {
+
+/// A model on `placed` (a backend whose prepare_weights moves the matrices
+/// or not) gives the same logits, bit for bit, as one reading them in place
+/// (weight_placement::file): a 20-token prefill's every row, then two decodes.
+void check_same_bits_as_file(const llama_weights& file, cpu_backend placed) {
+  const auto seq = some_tokens(20, file.hparams.n_vocab);
+  llama_model<> moved(file, 64, std::move(placed));
+  llama_model<> in_place(file, 64, cpu_backend(2, weight_placement::file));
+  CHECK(moved.prefill_all_logits(seq) == in_place.prefill_all_logits(seq));
+  for (token_id t : {token_id{3}, token_id{9}}) {
+    const auto a = moved.decode(t), b = in_place.decode(t);
+    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
+  }
+}
+
+}  // namespace
+
 TEST_CASE("weight_placement::automatic: past a slow probe the plain matrices stay in place, the relaid ones move") {
   // Limits that decide after the first matrix copied: one no copy meets
   // (every later plain matrix stays in the file) and one every copy meets
@@ -437,14 +455,7 @@ TEST_CASE("weight_placement::automatic: past a slow probe the plain matrices sta
   CHECK((fast.output.huge_pages && fast.token_embd.huge_pages));  // tied: the twin follows
 
   // The same bits wherever the matrices are read from.
-  const auto seq = some_tokens(20, hp.n_vocab);
-  llama_model<> part(file, 64, cpu_backend(2, weight_placement::automatic, never));
-  llama_model<> in_place(file, 64, cpu_backend(2, weight_placement::file));
-  CHECK(part.prefill_all_logits(seq) == in_place.prefill_all_logits(seq));
-  for (token_id t : {token_id{3}, token_id{9}}) {
-    const auto a = part.decode(t), b = in_place.decode(t);
-    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
-  }
+  check_same_bits_as_file(file, cpu_backend(2, weight_placement::automatic, never));
 
 #if defined(KESTREL_X16_KERNEL)
   // A type interleaved at load moves past a slow probe too: its kernel needs
@@ -512,14 +523,7 @@ TEST_CASE("weight_placement::automatic: a file the page cache holds in 2 MiB fol
   if (in_folios) CHECK(w.copied_bytes == 0);
 
   // The same bits as the weights read in place by 4 KiB pages.
-  const auto seq = some_tokens(20, hp.n_vocab);
-  llama_model<> automatic(file, 64, cpu_backend(2, weight_placement::automatic, look));
-  llama_model<> in_place(file, 64, cpu_backend(2, weight_placement::file));
-  CHECK(automatic.prefill_all_logits(seq) == in_place.prefill_all_logits(seq));
-  for (token_id t : {token_id{3}, token_id{9}}) {
-    const auto a = automatic.decode(t), b = in_place.decode(t);
-    CHECK(std::equal(a.begin(), a.end(), b.begin(), b.end()));
-  }
+  check_same_bits_as_file(file, cpu_backend(2, weight_placement::automatic, look));
 }
 
 TEST_CASE("k-quant and q4_0 matrices copied at load are interleaved by 16 rows: the same rows, logits within the twin's bound") {
