@@ -25,6 +25,9 @@
 
 namespace kestrel {
 
+/// The x86-64 transparent huge page: mapped_file's alignment, huge_page_buffer's grain.
+inline constexpr std::size_t huge_page_bytes = std::size_t{2} << 20;
+
 class mapped_file {
  public:
   mapped_file() = default;
@@ -90,7 +93,7 @@ class mapped_file {
   /// one TLB entry per 2 MiB (cpu_backend's weight_placement::automatic).
   /// MAP_FAILED (errno set) where it cannot be mapped.
   static void* map_aligned(int fd, std::size_t n) noexcept {
-    constexpr std::size_t huge = std::size_t{2} << 20;
+    constexpr std::size_t huge = huge_page_bytes;
     if (n < huge) return ::mmap(nullptr, n, PROT_READ, MAP_PRIVATE, fd, 0);
     // Reserve n + 2 MiB of address space, map the file over its first 2 MiB
     // boundary, give back what lies either side.
@@ -212,7 +215,7 @@ inline bool transparent_huge_pages() {
 /// through it takes one TLB entry per 2 MiB instead of per 4 KiB.
 class huge_page_buffer {
  public:
-  static constexpr std::size_t huge_page = std::size_t{2} << 20;
+  static constexpr std::size_t huge_page = huge_page_bytes;
 
   huge_page_buffer() = default;
   explicit huge_page_buffer(std::size_t n) : size_(n) {

@@ -210,9 +210,10 @@ class thread_pool {
   /// gets to run. bench/ab_decode.sh against the 2000 PAUSEs, median
   /// [quartiles] of the token time (the control: the old build listed
   /// again): TinyLlama q8_0 0.943 [0.937, 0.952] (control 1.010) and 0.959
-  /// in a second run, f32 0.972 [0.969, 0.975] (1.003), q4_0 0.98-1.00
-  /// (1.018); 110M q8_0 1.016 [0.995, 1.029] (1.007), and its 512-token
-  /// prompt 0.973 [0.958, 0.983] (1.004).
+  /// in a second run, f32 0.972 [0.969, 0.975] (1.003), q4_0 1.010
+  /// (0.996; in a second run the old build read 1.018 of the new); 110M
+  /// q8_0 1.016 [0.995, 1.029] (1.007), and its 512-token prompt 0.973
+  /// [0.958, 0.983] (1.004).
   static constexpr std::chrono::microseconds spin_time{1000};
   /// Polls done() with PAUSE (and yields, oversubscribed_) until it holds
   /// or spin_time has passed; returns done().

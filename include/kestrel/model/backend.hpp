@@ -103,16 +103,15 @@ struct copy_rate_limit {
 namespace detail {
 
 /// Whether every one of w's file mappings of min_bytes or more lies in 2
-/// MiB pages of the page cache: each is marked for huge pages
-/// (MADV_HUGEPAGE) and a 16 MiB sample from its middle mapped
-/// (populate_pages), which must come as 2 MiB pages (FilePmdMapped in
-/// /proc/self/smaps, half of it or more). False where there is no such
-/// mapping or one is not so (a file the page cache holds in small folios,
-/// as written; no huge pages for files: tmpfs without huge=, older
-/// kernels). Only the sample is mapped here, not the whole file: mapping it
-/// all held the pages of matrices about to be copied (the interleaved
-/// types) and of the token embeddings, and TinyLlama Q4_K_M's peak RSS
-/// went from 644 to 738 MiB, over file + KV cache + 64 MiB.
+/// MiB pages of the page cache: a 16 MiB sample from its middle is mapped
+/// (populate_pages; mapped_file marked the mapping MADV_HUGEPAGE, so what
+/// the cache lacks is read in 2 MiB folios) and must come as 2 MiB pages
+/// (FilePmdMapped in /proc/self/smaps, half of it or more). False where
+/// there is no such mapping or one is not so (a file the page cache holds
+/// in small folios, as written; no huge pages for files: tmpfs without
+/// huge=, older kernels). Only the sample is mapped here, not the whole
+/// file, which would hold the pages of the matrices about to be copied
+/// (the interleaved types) and of the token embeddings at once.
 /// Where the page cache holds a file in 2 MiB folios (on the AMX Xeon
 /// guest's 6.18 kernel, the TinyLlama files dropped from the page cache and
 /// read again came back so, through a mapping marked or not), reading it
@@ -125,12 +124,11 @@ namespace detail {
 /// landed where they read at 33 GB/s and its decode ran 1.07-1.10x as fast
 /// (bench/README.md).
 inline bool file_in_huge_pages(const llama_weights& w, std::size_t min_bytes) {
-  constexpr std::size_t sample = std::size_t{16} << 20, huge = std::size_t{2} << 20;
+  constexpr std::size_t sample = std::size_t{16} << 20, huge = huge_page_bytes;
   bool any = false;
   for (const auto& m : w.mapped) {
     if (m.size() < min_bytes || m.size() < 2 * sample) continue;
     any = true;
-    ::madvise(const_cast<std::byte*>(m.data()), m.size(), MADV_HUGEPAGE);  // as mapped_file does (other loaders may not)
     const std::size_t mid = m.size() / 2 / huge * huge;
     populate_pages(m.data() + mid, sample);
     if (file_pmd_mapped_bytes(m.data()) < sample / 2) return false;
@@ -471,7 +469,7 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
   for (const auto& [p, n] : vecs) {
     const auto* src = reinterpret_cast<const std::byte*>(*p);
     std::memcpy(at, src, n * sizeof(float));
-    const std::size_t grid = huge_page_buffer::huge_page;
+    const std::size_t grid = huge_page_bytes;
     for (const auto& m : w.mapped)
       if (src >= m.data() && src < m.data() + m.size()) {
         const std::size_t off = static_cast<std::size_t>(src - m.data());
@@ -485,7 +483,7 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
   if (left) {  // matrices left in the mappings are read from there
     // but the token embeddings (not tied) a row per token: by small pages,
     // or each row read maps the 2 MiB folio around it (mapped_file asks
-    // for them): TinyLlama Q4_K_M's tg32 peak RSS 694 MiB, 644 so.
+    // for them), as the tail below does for whole mappings.
     const auto* emb = static_cast<const std::byte*>(w.token_embd.data);
     if (emb && emb != w.output.data && w.in_mapping(emb, w.token_embd.bytes())) {
       release_pages(emb, w.token_embd.bytes());
