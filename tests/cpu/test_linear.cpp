@@ -142,12 +142,14 @@ TEST_CASE("cpu: KESTREL_ROW_STREAMS names the plan") {
     ::setenv("KESTREL_ROW_STREAMS", name, 1);
     CHECK(cpu::detect_row_streams() == plan);
   }
-  // 16-bit float rows in huge pages walk as far where the host's plan is
-  // wide; f32 rows, every other plan, and rows in small pages keep the host's.
+  // Float rows (16-bit and f32) in huge pages walk as far where the host's
+  // plan is wide; every other plan, and rows in small pages, keep the host's.
   const cpu::row_streams cached = cpu::host_row_streams();
+  const cpu::row_streams in_huge = cached == cpu::row_streams::wide ? cpu::row_streams::far : cached;
   CHECK(cpu::float_row_streams(false, 2) == cached);
-  CHECK(cpu::float_row_streams(true, 4) == cached);
-  CHECK(cpu::float_row_streams(true, 2) == (cached == cpu::row_streams::wide ? cpu::row_streams::far : cached));
+  CHECK(cpu::float_row_streams(false, 4) == cached);
+  CHECK(cpu::float_row_streams(true, 4) == in_huge);
+  CHECK(cpu::float_row_streams(true, 2) == in_huge);
   CHECK(cpu::walks_wide(cpu::row_streams::far));
   CHECK_FALSE(cpu::walks_wide(cpu::row_streams::pairs_ahead));
   ::setenv("KESTREL_ROW_STREAMS", "sideways", 1);

@@ -100,12 +100,17 @@ inline constexpr std::size_t matvec_streams =
 /// [quartiles]: TinyLlama f16, two streams 3 KiB into L2 0.966 [0.960,
 /// 0.969] and 0.965 [0.946, 0.980] (the second with each stream's first 3
 /// KiB asked for at its start); one stream 2 / 3 / 6 KiB into L2 1.086 /
-/// 0.979 / 1.001. 110M f16 0.991 [0.973, 1.008]. f32 rows keep wide's walk
-/// in any pages: one stream 3 KiB into L2 read TinyLlama f32 at 0.955,
-/// 0.981 and 1.008 in three runs, 110M f32 at 1.025 and 1.003; with each
-/// stream's first 3 KiB asked for at its start 1.054 and 0.942; two streams
-/// 3 KiB into L2 1.001, 4 KiB 1.016; one stream 4 KiB 1.034, 1 KiB into L1
-/// 1.070. In the page cache's 4 KiB pages one f32 stream 3 KiB into L2 took
+/// 0.979 / 1.001. 110M f16 0.991 [0.973, 1.008]. f32 rows walked a step
+/// (two lines) at a time gained nothing so: one stream 3 KiB into L2 read
+/// TinyLlama f32 at 0.955, 0.981 and 1.008 in three runs, 110M f32 at 1.025
+/// and 1.003; with each stream's first 3 KiB asked for at its start 1.054
+/// and 0.942; two streams 3 KiB into L2 1.001, 4 KiB 1.016; one stream 4
+/// KiB 1.034, 1 KiB into L1 1.070. Walked a line at a time
+/// (interleave_lines), two streams 3 KiB into L2 took 0.967 [0.966, 0.969]
+/// of wide's token time (TinyLlama f32 read in place from the page cache's
+/// 2 MiB folios), so far takes f32 rows too; 2 / 4 / 6 KiB ahead read
+/// 0.95 / 0.97 / 0.94x as fast as 3 KiB in the /tmp harness of
+/// interleave_lines. In the page cache's 4 KiB pages one f32 stream 3 KiB into L2 took
 /// 1.098x wide's time, 2 KiB into L1 1.175x (a run of 2026-12-04): so far
 /// only where the rows lie in 2 MiB pages (float_row_streams).
 #if defined(__AVX2__) && !defined(__AVX512F__)
@@ -120,6 +125,18 @@ inline constexpr std::size_t matvec_prefetch_bytes = P == row_streams::wide     
 template <row_streams P> inline constexpr int matvec_prefetch_locality = P == row_streams::far ? 2 : 3;  // into L2 / L1
 #endif
 
+/// Whether matvec_rows_as walks its streams a line at a time (each stream's
+/// first line of a step, then each stream's second) rather than a step at a
+/// time: for row_streams::far, where a step of f32 rows is two lines (with
+/// AVX-512). Measured on the AMX Xeon (family 6 model 167), TinyLlama f32
+/// in the page cache's 2 MiB folios, a /tmp harness (8 layers' products
+/// walked on the pool, 2 threads, two streams 3 KiB ahead into L2, median
+/// of 7): 31.0-31.7 GB/s a line at a time, 27.6-28.1 two lines at a time
+/// (wide's eight streams 1 KiB into L1: 28.6-28.8 either way). The same
+/// operations on each accumulator in the same order, so the same bits.
+template <class T, row_streams P>
+inline constexpr bool interleave_lines = P == row_streams::far && 2 * simd::width * sizeof(T) == 128;
+
 /// One row's dot product as matvec_rows computes it: two accumulators over
 /// 2W-element steps, then one masked step for the tail. Every row goes
 /// through exactly this sequence of operations, whichever rows it is paired
@@ -128,8 +145,16 @@ template <class T>
 struct row_acc {
   simd::fbatch a0 = simd::fbatch(0.0f), a1 = simd::fbatch(0.0f);
   void step(const T* w, const float* x) noexcept {
-    constexpr std::size_t W = simd::width;
+    first_half(w, x);
+    second_half(w, x);
+  }
+  /// step's two halves, for a walk that interleaves its streams half a step
+  /// at a time (matvec_rows_as): the same operations on each accumulator.
+  void first_half(const T* w, const float* x) noexcept {
     a0 = xsimd::fma(load_f32(w), simd::fbatch::load_unaligned(x), a0);
+  }
+  void second_half(const T* w, const float* x) noexcept {
+    constexpr std::size_t W = simd::width;
     a1 = xsimd::fma(load_f32(w + W), simd::fbatch::load_unaligned(x + W), a1);
   }
   float finish(const T* w, const float* x, std::size_t i, std::size_t cols) noexcept {
@@ -158,15 +183,30 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
     const T* wr[S];
     row_acc<T> acc[S];
     for (std::size_t s = 0; s < S; ++s) wr[s] = w + (r0 + s * per + j) * cols;
-    for (std::size_t i = 0; i < main; i += 2 * W)
-      for (std::size_t s = 0; s < S; ++s) {
-        if constexpr (ahead > 0) {
+    if constexpr (interleave_lines<T, P>) {
+      // One line of each stream in turn: the first half of every stream's
+      // step, then the second half.
+      for (std::size_t i = 0; i < main; i += 2 * W) {
+        for (std::size_t s = 0; s < S; ++s) {
           __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead, 0, matvec_prefetch_locality<P>);
-          if constexpr (2 * W * sizeof(T) > 64)
-            __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead + 64, 0, matvec_prefetch_locality<P>);
+          acc[s].first_half(wr[s] + i, x + i);
         }
-        acc[s].step(wr[s] + i, x + i);
+        for (std::size_t s = 0; s < S; ++s) {
+          __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i + W) + ahead, 0, matvec_prefetch_locality<P>);
+          acc[s].second_half(wr[s] + i, x + i);
+        }
       }
+    } else {
+      for (std::size_t i = 0; i < main; i += 2 * W)
+        for (std::size_t s = 0; s < S; ++s) {
+          if constexpr (ahead > 0) {
+            __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead, 0, matvec_prefetch_locality<P>);
+            if constexpr (2 * W * sizeof(T) > 64)
+              __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead + 64, 0, matvec_prefetch_locality<P>);
+          }
+          acc[s].step(wr[s] + i, x + i);
+        }
+    }
     for (std::size_t s = 0; s < S; ++s) y[r0 + s * per + j] = acc[s].finish(wr[s], x, main, cols);
   }
   for (std::size_t r = r0 + S * per; r < r1; ++r) {

@@ -31,13 +31,14 @@
 //   0.70x the token time, q8_0 0.76-0.80x (bench/README.md).
 //   (Prefill's float GEMM takes one pass over the columns on every
 //   AVX-512 host, whatever the plan: cpu/gemm.hpp.)
-// - Intel, f16 and bf16 rows in 2 MiB pages (cpu_backend's copy of the
-//   weights, weight_view::huge_pages): row_streams::far, two streams per
-//   thread, each line asked for 3 KiB ahead into L2 (TinyLlama f16 0.965
-//   of wide's token time); wide for everything else (f32 rows and legacy
-//   blocks measured no gain so, cpu/matvec.hpp, quant/legacy_decode.hpp).
-//   Measured on the AMX Xeon (family 6 model 167) only, and with f16 rows
-//   only (bf16 rows take it as the same bytes); in 4 KiB pages (the file
+// - Intel, float rows in 2 MiB pages (cpu_backend's copy of the weights,
+//   or the page cache's 2 MiB folios: weight_view::huge_pages):
+//   row_streams::far, two streams per thread, each line asked for 3 KiB
+//   ahead into L2, the streams taken a line at a time (TinyLlama f16 0.965
+//   of wide's token time, f32 0.967: cpu/matvec.hpp); wide for everything
+//   else (legacy blocks measured no gain so, quant/legacy_decode.hpp).
+//   Measured on the AMX Xeon (family 6 model 167) only, with f16 and f32
+//   rows (bf16 rows take it as f16's bytes); in 4 KiB pages (the file
 //   mapping) such a walk lost (1.10x wide's time).
 // The choice changes only the order in which memory is read: every row and
 // every output runs the same operations whatever is beside it, so the
@@ -66,7 +67,7 @@ enum class row_streams : unsigned char {
   pairs,        ///< two streams per thread, short prefetch: AMD to Zen 4, and every host not known to want more
   pairs_ahead,  ///< pairs, 16-bit float rows and legacy blocks prefetched 2 KiB ahead, k-quant x16 blocks one block ahead: AMD Zen 5
   wide,         ///< eight streams of float rows and of legacy blocks, 1 KiB prefetch; x16 panels in pairs: Intel
-  far,          ///< wide, but 16-bit float rows in two streams asked for 3 KiB ahead into L2: Intel, rows in 2 MiB pages
+  far,          ///< wide, but float rows in two streams asked for 3 KiB ahead into L2: Intel, rows in 2 MiB pages
 };
 
 /// Whether kernels other than the float rows' walk as wide (far is wide for them).
@@ -104,12 +105,12 @@ inline row_streams host_row_streams() noexcept {
 
 /// The plan for float rows (cpu/matvec.hpp) of element_bytes each (4: f32,
 /// 2: f16 or bf16) that lie in 2 MiB pages or not (weight_view::huge_pages):
-/// the host's, with far in place of wide for 16-bit rows in 2 MiB pages.
+/// the host's, with far in place of wide for rows in 2 MiB pages.
 /// Only the float rows' walk differs between the two; every other kernel
 /// reads far as wide.
 inline row_streams float_row_streams(bool huge_pages, std::size_t element_bytes) noexcept {
   const row_streams p = host_row_streams();
-  return p == row_streams::wide && huge_pages && element_bytes == 2 ? row_streams::far : p;
+  return p == row_streams::wide && huge_pages && (element_bytes == 2 || element_bytes == 4) ? row_streams::far : p;
 }
 
 }  // namespace kestrel::cpu
