@@ -9,6 +9,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstddef>
 #include <span>
 
@@ -106,7 +107,7 @@ inline constexpr std::size_t matvec_streams =
 /// and 1.003; with each stream's first 3 KiB asked for at its start 1.054
 /// and 0.942; two streams 3 KiB into L2 1.001, 4 KiB 1.016; one stream 4
 /// KiB 1.034, 1 KiB into L1 1.070. Walked a line at a time
-/// (interleave_lines), two streams 3 KiB into L2 took 0.967 [0.966, 0.969]
+/// (interleave_lines), two streams 3 KiB into L2 took 0.940 [0.931, 0.944]
 /// of wide's token time (TinyLlama f32 read in place from the page cache's
 /// 2 MiB folios), so far takes f32 rows too; 2 / 4 / 6 KiB ahead read
 /// 0.95 / 0.97 / 0.94x as fast as 3 KiB in the /tmp harness of
@@ -134,6 +135,12 @@ template <row_streams P> inline constexpr int matvec_prefetch_locality = P == ro
 /// of 7): 31.0-31.7 GB/s a line at a time, 27.6-28.1 two lines at a time
 /// (wide's eight streams 1 KiB into L1: 28.6-28.8 either way). The same
 /// operations on each accumulator in the same order, so the same bits.
+/// bench/ab_decode.sh, token time against wide's (TinyLlama f32 in place,
+/// median [quartiles]): 0.962 [0.957, 0.968] as the compiler ordered the
+/// loop (it moved three of a step's four prefetches together), 0.940
+/// [0.931, 0.944] with compiler fences keeping each stream's line in turn.
+/// The same fences in f16's walk (a step is one line there): 1.016 [1.011,
+/// 1.018] of its time without them, so only here.
 template <class T, row_streams P>
 inline constexpr bool interleave_lines = P == row_streams::far && 2 * simd::width * sizeof(T) == 128;
 
@@ -185,15 +192,19 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
     for (std::size_t s = 0; s < S; ++s) wr[s] = w + (r0 + s * per + j) * cols;
     if constexpr (interleave_lines<T, P>) {
       // One line of each stream in turn: the first half of every stream's
-      // step, then the second half.
+      // step, then the second half. The compiler fences keep that order
+      // (the compiler otherwise groups the prefetches); they order only
+      // the compiler's placement of memory accesses, not the CPU's.
       for (std::size_t i = 0; i < main; i += 2 * W) {
         for (std::size_t s = 0; s < S; ++s) {
           __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead, 0, matvec_prefetch_locality<P>);
           acc[s].first_half(wr[s] + i, x + i);
+          std::atomic_signal_fence(std::memory_order_seq_cst);
         }
         for (std::size_t s = 0; s < S; ++s) {
           __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i + W) + ahead, 0, matvec_prefetch_locality<P>);
           acc[s].second_half(wr[s] + i, x + i);
+          std::atomic_signal_fence(std::memory_order_seq_cst);
         }
       }
     } else {

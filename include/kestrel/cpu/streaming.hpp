@@ -35,7 +35,7 @@
 //   or the page cache's 2 MiB folios: weight_view::huge_pages):
 //   row_streams::far, two streams per thread, each line asked for 3 KiB
 //   ahead into L2, the streams taken a line at a time (TinyLlama f16 0.965
-//   of wide's token time, f32 0.967: cpu/matvec.hpp); wide for everything
+//   of wide's token time, f32 0.940: cpu/matvec.hpp); wide for everything
 //   else (legacy blocks measured no gain so, quant/legacy_decode.hpp).
 //   Measured on the AMX Xeon (family 6 model 167) only, with f16 and f32
 //   rows (bf16 rows take it as f16's bytes); in 4 KiB pages (the file
