@@ -136,11 +136,15 @@ template <row_streams P> inline constexpr int matvec_prefetch_locality = P == ro
 /// (wide's eight streams 1 KiB into L1: 28.6-28.8 either way). The same
 /// operations on each accumulator in the same order, so the same bits.
 /// bench/ab_decode.sh, token time against wide's (TinyLlama f32 in place,
-/// median [quartiles]): 0.962 [0.957, 0.968] as the compiler ordered the
-/// loop (it moved three of a step's four prefetches together), 0.940
-/// [0.931, 0.944] with compiler fences keeping each stream's line in turn.
-/// The same fences in f16's walk (a step is one line there): 1.016 [1.011,
-/// 1.018] of its time without them, so only here.
+/// median [quartiles]): 0.962 [0.957, 0.968] without the compiler fences of
+/// matvec_rows_as, 0.940 [0.931, 0.944] with them; in a second run with
+/// them 0.980-0.990 of the same loop without (the host drifting 2% between
+/// the first and the last build). The fences do not order the prefetches
+/// (the compiler still issues a step's four together); they make it keep
+/// the accumulators in memory and reload x for each stream, which reads
+/// faster here for reasons not found. The same fences in f16's walk (a
+/// step is one line there): 1.016 [1.011, 1.018] of its time without
+/// them, so only here.
 template <class T, row_streams P>
 inline constexpr bool interleave_lines = P == row_streams::far && 2 * simd::width * sizeof(T) == 128;
 
@@ -192,9 +196,8 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
     for (std::size_t s = 0; s < S; ++s) wr[s] = w + (r0 + s * per + j) * cols;
     if constexpr (interleave_lines<T, P>) {
       // One line of each stream in turn: the first half of every stream's
-      // step, then the second half. The compiler fences keep that order
-      // (the compiler otherwise groups the prefetches); they order only
-      // the compiler's placement of memory accesses, not the CPU's.
+      // step, then the second half. The compiler fences are measured, not
+      // reasoned (interleave_lines): they keep the accumulators in memory.
       for (std::size_t i = 0; i < main; i += 2 * W) {
         for (std::size_t s = 0; s < S; ++s) {
           __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead, 0, matvec_prefetch_locality<P>);
