@@ -504,8 +504,9 @@ TEST_CASE("weight_placement::automatic: a file the page cache holds in 2 MiB fol
   REQUIRE(file.mapped.size() == 1);
   CHECK(reinterpret_cast<std::uintptr_t>(file.mapped[0].data()) % huge_page_buffer::huge_page == 0);
   const copy_rate_limit look{.min_bytes_per_s = 0, .page_cache_min_bytes = 0};  // and a copy never stops
-  // The predicate prepare_weights asks (it maps a sample in the middle and
-  // reads FilePmdMapped), asked first here: the same answer both times.
+  // The predicate prepare_weights asks (it maps eight 2 MiB pages across
+  // the file and reads FilePmdMapped), asked first here: the same answer
+  // both times (it gives its sample's pages back before it looks).
   const bool in_folios = detail::file_in_huge_pages(file, 0);
   llama_weights w = file;
   cpu_backend(2, weight_placement::automatic, look).prepare_weights(w);

@@ -103,10 +103,15 @@ struct copy_rate_limit {
 namespace detail {
 
 /// Whether every one of w's file mappings of min_bytes or more lies in 2
-/// MiB pages of the page cache: a 16 MiB sample from its middle is mapped
-/// (populate_pages; mapped_file marked the mapping MADV_HUGEPAGE, so what
-/// the cache lacks is read in 2 MiB folios) and must come as 2 MiB pages
-/// (FilePmdMapped in /proc/self/smaps, half of it or more). False where
+/// MiB pages of the page cache: a sample of eight 2 MiB pages, one from
+/// each eighth of the file, is mapped (populate_pages; mapped_file marked
+/// the mapping MADV_HUGEPAGE, so what the cache lacks is read in 2 MiB
+/// folios) and half of it or more must come as 2 MiB pages (FilePmdMapped
+/// in /proc/self/smaps). One 16 MiB sample from the middle (the first
+/// version) judged a file whose page cache mixes 2 MiB and small folios by
+/// the stretch it hit: TinyLlama f32, mostly in 2 MiB folios, was judged
+/// not so in one run of compare_llama.sh and so in the next, its decode
+/// 6.86 against 7.21 t/s (cpu/streaming.hpp: row_streams::far). False where
 /// there is no such mapping or one is not so (a file the page cache holds
 /// in small folios, as written; no huge pages for files: tmpfs without
 /// huge=, older kernels). Only the sample is mapped here, not the whole
@@ -124,14 +129,20 @@ namespace detail {
 /// landed where they read at 33 GB/s and its decode ran 1.07-1.10x as fast
 /// (bench/README.md).
 inline bool file_in_huge_pages(const llama_weights& w, std::size_t min_bytes) {
-  constexpr std::size_t sample = std::size_t{16} << 20, huge = huge_page_bytes;
+  constexpr std::size_t huge = huge_page_bytes, spots = 8, sample = spots * huge;
   bool any = false;
   for (const auto& m : w.mapped) {
     if (m.size() < min_bytes || m.size() < 2 * sample) continue;
     any = true;
-    const std::size_t mid = m.size() / 2 / huge * huge;
-    populate_pages(m.data() + mid, sample);
-    if (file_pmd_mapped_bytes(m.data()) < sample / 2) return false;
+    // One 2 MiB page at the middle of each eighth of the file, given back
+    // first (a page an earlier look mapped would not count again), then
+    // FilePmdMapped counted before and after mapping them.
+    const auto spot = [&](std::size_t i) { return m.data() + m.size() / (2 * spots) * (2 * i + 1) / huge * huge; };
+    for (std::size_t i = 0; i < spots; ++i) release_pages(spot(i), huge);
+    const std::size_t before = file_pmd_mapped_bytes(m.data());
+    for (std::size_t i = 0; i < spots; ++i) populate_pages(spot(i), huge);
+    const std::size_t after = file_pmd_mapped_bytes(m.data());
+    if (after < before || after - before < sample / 2) return false;
   }
   return any;
 }
