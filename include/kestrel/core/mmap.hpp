@@ -169,13 +169,16 @@ inline void populate_pages(const std::byte* p, std::size_t n) noexcept {
   touch_pages(p, n);
 }
 
-/// How many bytes of the mapping that holds address p are mapped as 2 MiB
-/// pages of a file (FilePmdMapped in /proc/self/smaps); 0 where that cannot
-/// be read (not Linux) or no mapping holds p.
-inline std::size_t file_pmd_mapped_bytes(const void* p) {
+/// How many bytes of [p, p + n) are mapped as 2 MiB pages of a file: the
+/// FilePmdMapped of every mapping in /proc/self/smaps that overlaps the
+/// range, summed (madvise on part of a mapping, such as map_small_pages on
+/// the token embeddings, splits it into several); 0 where that cannot be
+/// read (not Linux) or nothing is mapped there. Counts whole mappings, so
+/// ask for whole mappings.
+inline std::size_t file_pmd_mapped_bytes(const void* p, std::size_t n) {
   std::FILE* f = std::fopen("/proc/self/smaps", "re");
   if (!f) return 0;
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  const auto at = reinterpret_cast<std::uintptr_t>(p), end = at + n;
   char line[4096];
   bool inside = false;
   std::size_t bytes = 0;
@@ -185,10 +188,10 @@ inline std::size_t file_pmd_mapped_bytes(const void* p) {
     // A mapping's first line starts "lo-hi " (hex); its fields' lines with a
     // name and a colon ("FilePmdMapped:  2048 kB").
     if (std::sscanf(line, "%lx%c%lx ", &lo, &dash, &hi) == 3 && dash == '-') {
-      if (inside) break;  // past the mapping that held p
-      inside = lo <= at && at < hi;
+      if (lo >= end) break;  // the mappings come in address order
+      inside = lo < end && at < hi;
     } else if (inside && std::sscanf(line, "FilePmdMapped: %lu kB", &kb) == 1) {
-      bytes = kb * 1024;
+      bytes += kb * 1024;
     }
   }
   std::fclose(f);

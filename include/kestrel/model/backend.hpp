@@ -139,9 +139,9 @@ inline bool file_in_huge_pages(const llama_weights& w, std::size_t min_bytes) {
     // FilePmdMapped counted before and after mapping them.
     const auto spot = [&](std::size_t i) { return m.data() + m.size() / (2 * spots) * (2 * i + 1) / huge * huge; };
     for (std::size_t i = 0; i < spots; ++i) release_pages(spot(i), huge);
-    const std::size_t before = file_pmd_mapped_bytes(m.data());
+    const std::size_t before = file_pmd_mapped_bytes(m.data(), m.size());
     for (std::size_t i = 0; i < spots; ++i) populate_pages(spot(i), huge);
-    const std::size_t after = file_pmd_mapped_bytes(m.data());
+    const std::size_t after = file_pmd_mapped_bytes(m.data(), m.size());
     if (after < before || after - before < sample / 2) return false;
   }
   return any;
