@@ -108,10 +108,12 @@ namespace detail {
 /// the mapping MADV_HUGEPAGE, so what the cache lacks is read in 2 MiB
 /// folios) and half of it or more must come as 2 MiB pages (FilePmdMapped
 /// in /proc/self/smaps). One 16 MiB sample from the middle (the first
-/// version) judged a file whose page cache mixes 2 MiB and small folios by
-/// the stretch it hit: TinyLlama f32, mostly in 2 MiB folios, was judged
-/// not so in one run of compare_llama.sh and so in the next, its decode
-/// 6.86 against 7.21 t/s (cpu/streaming.hpp: row_streams::far). False where
+/// version) would judge a file whose page cache mixes 2 MiB and small
+/// folios by the stretch it hit; the TinyLlama files here are so mixed
+/// (f32 90% or more in 2 MiB folios in most 64 MiB stretches, 50-90% in a
+/// quarter of them; q8_0 50-90% almost everywhere). Where the check says
+/// no, f32 rows walk as wide instead of far (cpu/streaming.hpp): TinyLlama
+/// f32 decoded 6.86 against 7.1-7.4 t/s read in place. False where
 /// there is no such mapping or one is not so (a file the page cache holds
 /// in small folios, as written; no huge pages for files: tmpfs without
 /// huge=, older kernels). Only the sample is mapped here, not the whole
