@@ -106,14 +106,14 @@ inline constexpr std::size_t matvec_streams =
 /// TinyLlama f32 at 0.955, 0.981 and 1.008 in three runs, 110M f32 at 1.025
 /// and 1.003; with each stream's first 3 KiB asked for at its start 1.054
 /// and 0.942; two streams 3 KiB into L2 1.001, 4 KiB 1.016; one stream 4
-/// KiB 1.034, 1 KiB into L1 1.070. Walked a line at a time
-/// (interleave_lines), two streams 3 KiB into L2 took 0.940 [0.931, 0.944]
-/// of wide's token time (TinyLlama f32 read in place from the page cache's
-/// 2 MiB folios), so far takes f32 rows too; 2 / 4 / 6 KiB ahead read
-/// 0.95 / 0.97 / 0.94x as fast as 3 KiB in the /tmp harness of
-/// interleave_lines. In the page cache's 4 KiB pages one f32 stream 3 KiB into L2 took
-/// 1.098x wide's time, 2 KiB into L1 1.175x (a run of 2026-12-04): so far
-/// only where the rows lie in 2 MiB pages (float_row_streams).
+/// KiB 1.034, 1 KiB into L1 1.070. Walked a line at a time instead
+/// (interleave_lines, with its measurements), two streams 3 KiB into L2
+/// gained, so far takes f32 rows too; 2 / 4 / 6 KiB ahead read 0.95 / 0.97
+/// / 0.94x as fast as 3 KiB (a /tmp harness of matvec over TinyLlama f32's
+/// products in its 2 MiB page-cache folios). In the page cache's 4 KiB
+/// pages one f32 stream 3 KiB into L2 took 1.098x wide's time, 2 KiB into
+/// L1 1.175x (a run of 2026-12-04): so far only where the rows lie in 2 MiB
+/// pages (float_row_streams).
 #if defined(__AVX2__) && !defined(__AVX512F__)
 template <class T, row_streams P> inline constexpr std::size_t matvec_prefetch_bytes = 576;
 template <row_streams P> inline constexpr int matvec_prefetch_locality = 0;  // non-temporal
