@@ -476,8 +476,8 @@ TEST_CASE("weight_placement::automatic: past a slow probe the plain matrices sta
 }
 
 TEST_CASE("weight_placement::automatic: a file the page cache holds in 2 MiB folios is read in place") {
-  // 40 MB of f16 (over the 32 MiB that file_in_huge_pages samples), output
-  // tied; the limit lets it look at a file this small.
+  // 40 MB of f16 (over the 32 MiB below which file_in_huge_pages does not
+  // look), output tied; the limit lets it look at a file this small.
   llama_hparams hp = test::random_llama_shape();
   hp.n_embd = 512;
   hp.n_layer = 6;
