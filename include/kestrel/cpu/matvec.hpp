@@ -9,7 +9,6 @@
 #pragma once
 
 #include <algorithm>
-#include <atomic>
 #include <cstddef>
 #include <span>
 
@@ -144,7 +143,18 @@ template <row_streams P> inline constexpr int matvec_prefetch_locality = P == ro
 /// the accumulators in memory and reload x for each stream, which reads
 /// faster here for reasons not found. The same fences in f16's walk (a
 /// step is one line there): 1.016 [1.011, 1.018] of its time without
-/// them, so only here.
+/// them, so only here. Since replaced by loads issued in a fixed order
+/// (simd::in_order): x's two lines first, then the streams' first lines,
+/// then their second lines, each a load of its own, then the four
+/// multiply-adds. A /tmp harness (every f32 product of TinyLlama f32 in
+/// decode's regions on the pool, 2 threads, page-cache 2 MiB folios,
+/// paired medians of 25-31 passes): the fenced loop read 0.95-0.96x as
+/// fast as this one, and this one as fast as a plain read of the same walk
+/// (loads OR'd, no arithmetic: 1.007); without x's ordering 0.97, with
+/// the four prefetches issued before the four loads 0.997, two steps a
+/// time 0.985. bench/ab_decode.sh against the fenced loop (TinyLlama f32
+/// in place, 23 rounds, median [quartiles]): 0.965 [0.929, 0.992], the
+/// control 0.991.
 template <class T, row_streams P>
 inline constexpr bool interleave_lines = P == row_streams::far && 2 * simd::width * sizeof(T) == 128;
 
@@ -162,12 +172,16 @@ struct row_acc {
   /// step's two halves, for a walk that interleaves its streams half a step
   /// at a time (matvec_rows_as): the same operations on each accumulator.
   void first_half(const T* w, const float* x) noexcept {
-    a0 = xsimd::fma(load_f32(w), simd::fbatch::load_unaligned(x), a0);
+    first_half(load_f32(w), simd::fbatch::load_unaligned(x));
   }
   void second_half(const T* w, const float* x) noexcept {
     constexpr std::size_t W = simd::width;
-    a1 = xsimd::fma(load_f32(w + W), simd::fbatch::load_unaligned(x + W), a1);
+    second_half(load_f32(w + W), simd::fbatch::load_unaligned(x + W));
   }
+  /// The halves with w's and x's elements already loaded (w + i and x + i
+  /// for the first, w + i + W and x + i + W for the second).
+  void first_half(const simd::fbatch& w, const simd::fbatch& x) noexcept { a0 = xsimd::fma(w, x, a0); }
+  void second_half(const simd::fbatch& w, const simd::fbatch& x) noexcept { a1 = xsimd::fma(w, x, a1); }
   float finish(const T* w, const float* x, std::size_t i, std::size_t cols) noexcept {
     constexpr std::size_t W = simd::width;
     if (i + W <= cols) {
@@ -195,19 +209,27 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
     row_acc<T> acc[S];
     for (std::size_t s = 0; s < S; ++s) wr[s] = w + (r0 + s * per + j) * cols;
     if constexpr (interleave_lines<T, P>) {
-      // One line of each stream in turn: the first half of every stream's
-      // step, then the second half. The compiler fences are measured, not
-      // reasoned (interleave_lines): they keep the accumulators in memory.
+      // One line of each stream in turn: x's two lines, then the first line
+      // of every stream's step, then the second, each load issued in this
+      // order as a load of its own (in_order), then the multiply-adds.
       for (std::size_t i = 0; i < main; i += 2 * W) {
+        simd::fbatch x0 = simd::fbatch::load_unaligned(x + i), x1 = simd::fbatch::load_unaligned(x + i + W);
+        simd::in_order(x0);
+        simd::in_order(x1);
+        simd::fbatch w0[S], w1[S];
         for (std::size_t s = 0; s < S; ++s) {
           __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead, 0, matvec_prefetch_locality<P>);
-          acc[s].first_half(wr[s] + i, x + i);
-          std::atomic_signal_fence(std::memory_order_seq_cst);
+          w0[s] = load_f32(wr[s] + i);
+          simd::in_order(w0[s]);
         }
         for (std::size_t s = 0; s < S; ++s) {
           __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i + W) + ahead, 0, matvec_prefetch_locality<P>);
-          acc[s].second_half(wr[s] + i, x + i);
-          std::atomic_signal_fence(std::memory_order_seq_cst);
+          w1[s] = load_f32(wr[s] + i + W);
+          simd::in_order(w1[s]);
+        }
+        for (std::size_t s = 0; s < S; ++s) {
+          acc[s].first_half(w0[s], x0);
+          acc[s].second_half(w1[s], x1);
         }
       }
     } else {

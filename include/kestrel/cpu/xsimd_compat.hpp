@@ -26,6 +26,22 @@ inline float reduce_add(const fbatch& b) noexcept {
 #endif
 }
 
+/// Makes the compiler hold b in a register at this point of the program:
+/// the instruction that computed it (a load) is issued here, in program
+/// order with the other in_order values, and is not folded into the
+/// instruction that uses it. Changes no value. Decode's f32 walk (cpu/matvec.hpp,
+/// interleave_lines) orders its loads so; a no-op where GCC-style inline
+/// assembly or x86 vector registers are missing.
+inline void in_order(fbatch& b) noexcept {
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__)) && defined(__AVX__)
+  auto r = static_cast<typename fbatch::register_type>(b);
+  asm volatile("" : "+v"(r));
+  b = fbatch(r);
+#else
+  (void)b;
+#endif
+}
+
 /// Largest lane. xsimd 8.1 has no reduce_max: spill and scan (used once per
 /// softmax call, so the spill does not matter).
 inline float reduce_max(const fbatch& b) noexcept {
