@@ -125,6 +125,31 @@ inline constexpr std::size_t matvec_prefetch_bytes = P == row_streams::wide     
 template <row_streams P> inline constexpr int matvec_prefetch_locality = P == row_streams::far ? 2 : 3;  // into L2 / L1
 #endif
 
+/// A second prefetch of matvec_rows' streams, bytes ahead, into L1, beside
+/// matvec_prefetch_bytes' into L2; 0: none. row_streams::far's 16-bit rows
+/// (f16, bf16) take 1 KiB. Their walk converts each line before its
+/// multiply-add, and the loads' dependent work, not the loads, held it
+/// back: on the AMX Xeon (family 6 model 167), a /tmp harness of every
+/// product of TinyLlama f16 in decode's regions on the pool (2 threads,
+/// the page cache's 2 MiB folios, paired medians of 21-25 passes) read a
+/// plain walk of the same lines (loads OR'd) 1.11-1.13x as fast as the
+/// kernel, converting half of each line and OR'ing 1.10x, converting all
+/// of it 1.00x, four dependent integer operations a line 1.05x; the
+/// converts and multiply-adds issued 1 to 8 steps after their loads (in
+/// registers) 1.00-1.03x. The lines asked for into L1 too, 128 / 256 /
+/// 512 / 768 / 1024 / 1536 / 2048 bytes ahead: 1.04 / 1.04 / 1.06 / 1.08 /
+/// 1.10 / 1.09 / 1.07x, with the plain walk 1.11-1.13x. bench/ab_decode.sh
+/// against the walk without it (TinyLlama f16 in place, 21 rounds, median
+/// [quartiles]): 0.933 [0.915, 0.966] of the token time, the control
+/// 1.007. bf16 rows take it as f16's bytes (not measured apart).
+template <class T, row_streams P>
+inline constexpr std::size_t matvec_near_bytes =
+#if defined(__AVX512F__)
+    P == row_streams::far && sizeof(T) == 2 ? 1024 : 0;
+#else
+    0;
+#endif
+
 /// Whether matvec_rows_as walks its streams a line at a time (each stream's
 /// first line of a step, then each stream's second) rather than a step at a
 /// time: for row_streams::far, where a step of f32 rows is two lines (with
@@ -199,7 +224,7 @@ template <row_streams P, class T>
 inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* y, std::size_t r0,
                            std::size_t r1) noexcept {
   constexpr std::size_t W = simd::width, S = matvec_streams<T, P>;
-  constexpr std::size_t ahead = matvec_prefetch_bytes<T, P>;
+  constexpr std::size_t ahead = matvec_prefetch_bytes<T, P>, near = matvec_near_bytes<T, P>;
   const std::size_t main = cols - cols % (2 * W);
   const std::size_t per = (r1 - r0) / S;
   // Rows r0 + s * per + j for the S streams s side by side; the last
@@ -239,6 +264,10 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
             __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead, 0, matvec_prefetch_locality<P>);
             if constexpr (2 * W * sizeof(T) > 64)
               __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead + 64, 0, matvec_prefetch_locality<P>);
+          }
+          if constexpr (near > 0) {
+            static_assert(2 * W * sizeof(T) <= 64, "one near prefetch per step: a step of one line");
+            __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + near, 0, 3);
           }
           acc[s].step(wr[s] + i, x + i);
         }
