@@ -127,7 +127,7 @@ template <row_streams P> inline constexpr int matvec_prefetch_locality = P == ro
 
 /// A second prefetch of matvec_rows' streams, bytes ahead, into L1, beside
 /// matvec_prefetch_bytes' into L2; 0: none. row_streams::far's 16-bit rows
-/// (f16, bf16) take 1 KiB. Their walk converts each line before its
+/// (f16, bf16) take 1 KiB, its f32 rows 1.5 KiB. Their walk converts each line before its
 /// multiply-add, and the loads' dependent work, not the loads, held it
 /// back: on the AMX Xeon (family 6 model 167), a /tmp harness of every
 /// product of TinyLlama f16 in decode's regions on the pool (2 threads,
@@ -141,11 +141,15 @@ template <row_streams P> inline constexpr int matvec_prefetch_locality = P == ro
 /// 1.10 / 1.09 / 1.07x, with the plain walk 1.11-1.13x. bench/ab_decode.sh
 /// against the walk without it (TinyLlama f16 in place, 21 rounds, median
 /// [quartiles]): 0.933 [0.915, 0.966] of the token time, the control
-/// 1.007. bf16 rows take it as f16's bytes (not measured apart).
+/// 1.007. bf16 rows take it as f16's bytes (not measured apart). f32 rows
+/// (interleave_lines' walk) take 1.5 KiB: the same harness over TinyLlama
+/// f32, 512 / 1024 / 1536 / 2048 / 2560 bytes against none: 0.99 / 1.016
+/// / 1.01-1.03 / 1.016 / 0.954; bench/ab_decode.sh (18 rounds) 0.971
+/// [0.945, 0.992] of the token time without, the control 1.001.
 template <class T, row_streams P>
 inline constexpr std::size_t matvec_near_bytes =
 #if defined(__AVX512F__)
-    P == row_streams::far && sizeof(T) == 2 ? 1024 : 0;
+    P == row_streams::far ? (sizeof(T) == 2 ? 1024 : 1536) : 0;
 #else
     0;
 #endif
@@ -244,11 +248,13 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
         simd::fbatch w0[S], w1[S];
         for (std::size_t s = 0; s < S; ++s) {
           __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead, 0, matvec_prefetch_locality<P>);
+          if constexpr (near > 0) __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + near, 0, 3);
           w0[s] = load_f32(wr[s] + i);
           simd::in_order(w0[s]);
         }
         for (std::size_t s = 0; s < S; ++s) {
           __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i + W) + ahead, 0, matvec_prefetch_locality<P>);
+          if constexpr (near > 0) __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i + W) + near, 0, 3);
           w1[s] = load_f32(wr[s] + i + W);
           simd::in_order(w1[s]);
         }

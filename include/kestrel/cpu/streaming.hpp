@@ -34,8 +34,11 @@
 // - Intel, float rows in 2 MiB pages (cpu_backend's copy of the weights,
 //   or the page cache's 2 MiB folios: weight_view::huge_pages):
 //   row_streams::far, two streams per thread, each line asked for 3 KiB
-//   ahead into L2, the streams taken a line at a time (TinyLlama f16 0.965
-//   of wide's token time, f32 0.940: cpu/matvec.hpp); wide for everything
+//   ahead into L2 and again 1 KiB (16-bit rows) or 1.5 KiB (f32) ahead into
+//   L1, f32's streams taken a line at a time (TinyLlama f16 0.965 of wide's
+//   token time before the L1 prefetch, 0.933 of that with it; f32 0.940,
+//   then 0.965 by its load order and 0.971 by the L1 prefetch:
+//   cpu/matvec.hpp); wide for everything
 //   else (legacy blocks measured no gain so, quant/legacy_decode.hpp).
 //   Measured on the AMX Xeon (family 6 model 167) only, with f16 and f32
 //   rows (bf16 rows take it as f16's bytes); in 4 KiB pages (the file
