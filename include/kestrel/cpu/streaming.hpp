@@ -70,7 +70,7 @@ enum class row_streams : unsigned char {
   pairs,        ///< two streams per thread, short prefetch: AMD to Zen 4, and every host not known to want more
   pairs_ahead,  ///< pairs, 16-bit float rows and legacy blocks prefetched 2 KiB ahead, k-quant x16 blocks one block ahead: AMD Zen 5
   wide,         ///< eight streams of float rows and of legacy blocks, 1 KiB prefetch; x16 panels in pairs: Intel
-  far,          ///< wide, but float rows in two streams asked for 3 KiB ahead into L2: Intel, rows in 2 MiB pages
+  far,          ///< wide, but float rows in two streams asked for 3 KiB ahead into L2 and 1-1.5 KiB into L1: Intel, rows in 2 MiB pages
 };
 
 /// Whether kernels other than the float rows' walk as wide (far is wide for them).
