@@ -127,9 +127,9 @@ template <row_streams P> inline constexpr int matvec_prefetch_locality = P == ro
 
 /// A second prefetch of matvec_rows' streams, bytes ahead, into L1, beside
 /// matvec_prefetch_bytes' into L2; 0: none. row_streams::far's 16-bit rows
-/// (f16, bf16) take 1 KiB, its f32 rows 1.5 KiB. Their walk converts each line before its
-/// multiply-add, and the loads' dependent work, not the loads, held it
-/// back: on the AMX Xeon (family 6 model 167), a /tmp harness of every
+/// (f16, bf16) take 1 KiB, its f32 rows 1.5 KiB. The 16-bit walk converts
+/// each line before its multiply-add, and the loads' dependent work, not
+/// the loads, held it back: on an AMX Xeon (family 6 model 207), a /tmp harness of every
 /// product of TinyLlama f16 in decode's regions on the pool (2 threads,
 /// the page cache's 2 MiB folios, paired medians of 21-25 passes) read a
 /// plain walk of the same lines (loads OR'd) 1.11-1.13x as fast as the
@@ -172,7 +172,7 @@ inline constexpr std::size_t matvec_near_bytes =
 /// the accumulators in memory and reload x for each stream, which reads
 /// faster here for reasons not found. The same fences in f16's walk (a
 /// step is one line there): 1.016 [1.011, 1.018] of its time without
-/// them, so only here. Since replaced by loads issued in a fixed order
+/// them, so only here. Since replaced (on the model 207 AMX host) by loads issued in a fixed order
 /// (simd::in_order): x's two lines first, then the streams' first lines,
 /// then their second lines, each a load of its own, then the four
 /// multiply-adds. A /tmp harness (every f32 product of TinyLlama f32 in

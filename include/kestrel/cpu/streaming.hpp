@@ -40,7 +40,7 @@
 //   then 0.965 by its load order and 0.971 by the L1 prefetch:
 //   cpu/matvec.hpp); wide for everything
 //   else (legacy blocks measured no gain so, quant/legacy_decode.hpp).
-//   Measured on the AMX Xeon (family 6 model 167) only, with f16 and f32
+//   Measured on AMX Xeons (family 6 models 167 and 207) only, with f16 and f32
 //   rows (bf16 rows take it as f16's bytes); in 4 KiB pages (the file
 //   mapping) such a walk lost (1.10x wide's time).
 // The choice changes only the order in which memory is read: every row and
