@@ -242,25 +242,21 @@ inline void matvec_rows_as(const T* w, std::size_t cols, const float* x, float* 
       // of every stream's step, then the second, each load issued in this
       // order as a load of its own (in_order), then the multiply-adds.
       for (std::size_t i = 0; i < main; i += 2 * W) {
-        simd::fbatch x0 = simd::fbatch::load_unaligned(x + i), x1 = simd::fbatch::load_unaligned(x + i + W);
-        simd::in_order(x0);
-        simd::in_order(x1);
-        simd::fbatch w0[S], w1[S];
+        simd::fbatch xh[2] = {simd::fbatch::load_unaligned(x + i), simd::fbatch::load_unaligned(x + i + W)};
+        simd::in_order(xh[0]);
+        simd::in_order(xh[1]);
+        simd::fbatch wh[2][S];  // [half][stream]
+        for (std::size_t h = 0; h < 2; ++h)
+          for (std::size_t s = 0; s < S; ++s) {
+            const T* line = wr[s] + i + h * W;
+            __builtin_prefetch(reinterpret_cast<const char*>(line) + ahead, 0, matvec_prefetch_locality<P>);
+            if constexpr (near > 0) __builtin_prefetch(reinterpret_cast<const char*>(line) + near, 0, 3);
+            wh[h][s] = load_f32(line);
+            simd::in_order(wh[h][s]);
+          }
         for (std::size_t s = 0; s < S; ++s) {
-          __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + ahead, 0, matvec_prefetch_locality<P>);
-          if constexpr (near > 0) __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i) + near, 0, 3);
-          w0[s] = load_f32(wr[s] + i);
-          simd::in_order(w0[s]);
-        }
-        for (std::size_t s = 0; s < S; ++s) {
-          __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i + W) + ahead, 0, matvec_prefetch_locality<P>);
-          if constexpr (near > 0) __builtin_prefetch(reinterpret_cast<const char*>(wr[s] + i + W) + near, 0, 3);
-          w1[s] = load_f32(wr[s] + i + W);
-          simd::in_order(w1[s]);
-        }
-        for (std::size_t s = 0; s < S; ++s) {
-          acc[s].first_half(w0[s], x0);
-          acc[s].second_half(w1[s], x1);
+          acc[s].first_half(wh[0][s], xh[0]);
+          acc[s].second_half(wh[1][s], xh[1]);
         }
       }
     } else {
