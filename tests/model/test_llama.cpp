@@ -406,6 +406,31 @@ void check_same_bits_as_file(const llama_weights& file, cpu_backend placed) {
 
 }  // namespace
 
+TEST_CASE("weights larger than the last-level cache are marked from_memory, smaller ones are not") {
+  // Only the views' sizes count (the bytes are never read): a layer whose
+  // distinct matrices together pass the cache's size, and one that does not.
+  const std::size_t llc = cpu::last_level_cache_bytes();
+  const std::size_t cols = 4096, rows_big = llc / (cols / 32 * 34) + 1;  // one q8_0 matrix just past it
+  static const std::byte somewhere[64] = {};
+  auto layer_of = [&](std::size_t rows) {
+    llama_weights w;
+    w.layers.resize(1);
+    w.layers[0].wq = weight_view{dtype::q8_0, somewhere, rows, cols};
+    return w;
+  };
+  llama_weights big = layer_of(rows_big), small = layer_of(8);
+  detail::mark_from_memory(big);
+  detail::mark_from_memory(small);
+  CHECK(big.layers[0].wq.from_memory);
+  CHECK(big.output.from_memory);  // every view decode reads gets the model's mark
+  CHECK_FALSE(small.layers[0].wq.from_memory);
+  // The same view listed twice (a tied classifier) counts once.
+  llama_weights tied = layer_of(rows_big / 2 + 1);
+  tied.output = tied.layers[0].wq;
+  detail::mark_from_memory(tied);
+  CHECK_FALSE(tied.layers[0].wq.from_memory);
+}
+
 TEST_CASE("weight_placement::automatic: past a slow probe the plain matrices stay in place, the relaid ones move") {
   // Limits that decide after the first matrix copied: one no copy meets
   // (every later plain matrix stays in the file) and one every copy meets

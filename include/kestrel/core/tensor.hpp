@@ -65,6 +65,11 @@ struct weight_view {
   /// the weights): decode's float kernels may then walk them otherwise
   /// (cpu/streaming.hpp, float_row_streams). A hint; never changes a result.
   bool huge_pages = false;
+  /// The model's weights exceed the last-level cache, so decode reads these
+  /// rows from memory every token (cpu_backend::prepare_weights): the
+  /// legacy blocks' decode walk may then ask for them further ahead
+  /// (cpu/streaming.hpp, block_row_streams). A hint; never changes a result.
+  bool from_memory = false;
 
   std::size_t row_bytes() const noexcept { return cols / block_size(type) * block_bytes(type); }
   /// With an interleaved type (panel_rows > 1) the last panel's padding rows count.
@@ -76,7 +81,7 @@ struct weight_view {
   /// Rows [first, first + n) as a matrix of their own (no copy): how a fused
   /// qkv or gate|up tensor is seen as its parts. The caller checks the range.
   weight_view rows_from(std::size_t first, std::size_t n) const noexcept {
-    return {type, row(first), n, cols, huge_pages};
+    return {type, row(first), n, cols, huge_pages, from_memory};
   }
 };
 

@@ -38,11 +38,18 @@
 //   L1, f32's streams taken a line at a time (TinyLlama f16 0.965 of wide's
 //   token time before the L1 prefetch, 0.933 of that with it; f32 0.940,
 //   then 0.965 by its load order and 0.971 by the L1 prefetch:
-//   cpu/matvec.hpp); wide for everything
-//   else (legacy blocks measured no gain so, quant/legacy_decode.hpp).
+//   cpu/matvec.hpp); wide for everything else but the case below.
 //   Measured on AMX Xeons (family 6 models 167 and 207) only, with f16 and f32
 //   rows (bf16 rows take it as f16's bytes); in 4 KiB pages (the file
 //   mapping) such a walk lost (1.10x wide's time).
+// - Intel, legacy blocks in 2 MiB pages of a model larger than the
+//   last-level cache (weight_view::from_memory): far, which for them is
+//   wide's eight streams also asked for 3 KiB ahead into L2, a row's tables
+//   and prefetches taken just before its arithmetic
+//   (quant/legacy_decode.hpp, block_row_streams). bench/ab_decode.sh on
+//   the family 6 model 207 host, token time against wide: TinyLlama q8_0
+//   0.928 [0.917, 0.937], q4_0 0.979; 110M q8_0, which the L3 partly
+//   holds, 1.114 (so it keeps wide).
 // The choice changes only the order in which memory is read: every row and
 // every output runs the same operations whatever is beside it, so the
 // results are the same bits either way (tests/cpu/test_linear.cpp,
@@ -58,6 +65,10 @@
 #include <cstddef>
 #include <cstdlib>
 #include <cstring>
+
+#if defined(__unix__)
+#include <unistd.h>
+#endif
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -114,6 +125,27 @@ inline row_streams host_row_streams() noexcept {
 inline row_streams float_row_streams(bool huge_pages, std::size_t element_bytes) noexcept {
   const row_streams p = host_row_streams();
   return p == row_streams::wide && huge_pages && (element_bytes == 2 || element_bytes == 4) ? row_streams::far : p;
+}
+
+/// The plan for the legacy blocks' decode (quant/legacy_decode.hpp) of rows
+/// in 2 MiB pages or not, of a model whose weights exceed the last-level
+/// cache or not (weight_view::huge_pages, from_memory): the host's, with far
+/// in place of wide where both hold.
+inline row_streams block_row_streams(bool huge_pages, bool from_memory) noexcept {
+  const row_streams p = host_row_streams();
+  return p == row_streams::wide && huge_pages && from_memory ? row_streams::far : p;
+}
+
+/// The last-level cache's size in bytes as the C library reports it
+/// (sysconf), or `otherwise` where it does not.
+inline std::size_t last_level_cache_bytes(std::size_t otherwise = std::size_t{32} << 20) noexcept {
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+  if (const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE); l3 > 0) return static_cast<std::size_t>(l3);
+#endif
+#if defined(_SC_LEVEL2_CACHE_SIZE)
+  if (const long l2 = ::sysconf(_SC_LEVEL2_CACHE_SIZE); l2 > 0) return static_cast<std::size_t>(l2);
+#endif
+  return otherwise;
 }
 
 }  // namespace kestrel::cpu

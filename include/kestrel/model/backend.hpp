@@ -149,6 +149,33 @@ inline bool file_in_huge_pages(const llama_weights& w, std::size_t min_bytes) {
   return any;
 }
 
+/// The matrices decode reads, each view once (a tied classifier's
+/// embedding view too): prepare_weights' list.
+inline std::vector<weight_view*> decode_views(llama_weights& w) {
+  std::vector<weight_view*> views;
+  for (auto& L : w.layers)
+    for (weight_view* v : L.matrices()) views.push_back(v);
+  views.push_back(&w.output);
+  if (w.output.data == w.token_embd.data) views.push_back(&w.token_embd);
+  return views;
+}
+
+/// Marks every matrix decode reads from memory (weight_view::from_memory)
+/// where their distinct bytes together exceed the last-level cache, so
+/// that each token streams them from memory rather than from the cache.
+inline void mark_from_memory(llama_weights& w) {
+  const std::vector<weight_view*> views = decode_views(w);
+  std::vector<const void*> seen;
+  std::size_t bytes = 0;
+  for (const weight_view* v : views)
+    if (v->data && std::find(seen.begin(), seen.end(), v->data) == seen.end()) {
+      seen.push_back(v->data);
+      bytes += v->bytes();
+    }
+  const bool from_memory = bytes > cpu::last_level_cache_bytes();
+  for (weight_view* v : views) v->from_memory = from_memory;
+}
+
 }  // namespace detail
 
 /// The xsimd kernels of cpu/ on a persistent pool of `n_threads` threads
@@ -351,16 +378,13 @@ KESTREL_CPU_BACKEND_FN attend_block(const cpu::basic_attend_block_args<T>& a) {
   cpu::attend_block(a, scratch.data());
 }
 KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
+  detail::mark_from_memory(w);
   if (placement_ == weight_placement::file || w.mapped.empty() || !transparent_huge_pages()) return;
   // automatic: the file mappings in 2 MiB pages of the page cache, where
   // they can be, keep the plain matrices in place.
   const bool file_huge =
       placement_ == weight_placement::automatic && detail::file_in_huge_pages(w, limit_.page_cache_min_bytes);
-  std::vector<weight_view*> views;
-  for (auto& L : w.layers)
-    for (weight_view* v : L.matrices()) views.push_back(v);
-  views.push_back(&w.output);
-  if (w.output.data == w.token_embd.data) views.push_back(&w.token_embd);
+  const std::vector<weight_view*> views = detail::decode_views(w);
   // Each distinct matrix once, 64-byte aligned in the copy.
   struct place {
     const std::byte* src = nullptr;  // null: nothing to place

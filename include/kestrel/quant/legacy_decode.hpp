@@ -44,7 +44,8 @@
 // final sums; up to 2 tokens (registers), an odd last row and 3-4 tokens one
 // row at a time. On Intel (row_streams::wide, cpu/streaming.hpp) one token
 // takes rows in eights instead, j, q + j, .., 7q + j, each stream
-// prefetched 1 KiB ahead. Every row runs the same operations, alone or paired, so its
+// prefetched 1 KiB ahead (row_streams::far, for a model larger than the
+// last-level cache in 2 MiB pages: also 3 KiB ahead into L2). Every row runs the same operations, alone or paired, so its
 // result does not depend on how the rows are split among threads.
 //
 // ---- rounding (tests/quant/test_legacy_tokens.cpp) ----
@@ -508,7 +509,21 @@ inline void sum2(__m512 u, __m512 v, float* su, float* sv) noexcept {
 /// read in place from a tmpfs in 2 MiB pages, token time against wide's
 /// eight streams 1 KiB into L1, median of 52-53 rounds: one stream 3 / 6
 /// KiB into L2 1.11 / 1.10, two streams 3 KiB into L2 1.09, four 1.04,
-/// eight 1.03, eight 2 KiB into L1 1.01. So far reads legacy blocks as wide.
+/// eight 1.03, eight 2 KiB into L1 1.01. far (the rows in 2 MiB pages of
+/// a model larger than the last-level cache: cpu::block_row_streams) keeps
+/// wide's eight streams 1 KiB into L1 but also asks for each line
+/// l2_prefetch_ahead bytes ahead into L2, a row's tables loaded just before
+/// its arithmetic (rows_decode). bench/ab_decode.sh on the family 6 model
+/// 207 host (the same build with KESTREL_ROW_STREAMS=far against without;
+/// token time, median [quartiles], the control listed twice): TinyLlama
+/// q8_0 0.928 [0.917, 0.937] (58 rounds, control 1.001), q4_0 0.979 [0.961,
+/// 0.991] (120 rounds, control 1.000), 110M q8_0 1.114 [1.102, 1.128] (547
+/// rounds; its 120 MB stay partly in the L3, where the L2 prefetch only
+/// adds traffic). A /tmp harness of the same products read TinyLlama
+/// q8_0's kernel as wide 0.90 of a plain read of eight streams with that
+/// prefetch (bench/README.md, kestrel-bench-walk); the kernel as wide with
+/// the L2 prefetch but all eight rows' tables loaded first gained 1.00-1.04.
+inline constexpr std::size_t l2_prefetch_ahead = 3072;
 inline constexpr std::size_t prefetch_ahead(cpu::row_streams plan) noexcept {
   switch (plan) {
     case cpu::row_streams::wide:
@@ -520,8 +535,9 @@ inline constexpr std::size_t prefetch_ahead(cpu::row_streams plan) noexcept {
 }
 
 /// out[r][t * out_stride] for R rows row[r] against NT tokens, each row's
-/// lines asked for `ahead` bytes before they are read.
-template <class W, std::size_t NT, std::size_t R>
+/// lines asked for `ahead` bytes before they are read into L1 and, with
+/// L2, l2_prefetch_ahead bytes before into L2 (the far plan).
+template <class W, std::size_t NT, std::size_t R, bool L2 = false>
 inline void rows_decode(const std::byte* const* row, std::size_t nb, const act_unit<W>* const* tok, const consts<W>& c,
                         float* const* out, std::size_t out_stride, std::size_t ahead) noexcept {
   constexpr std::size_t G = unit_blocks, UB = unit_bytes<W>;
@@ -531,15 +547,36 @@ inline void rows_decode(const std::byte* const* row, std::size_t nb, const act_u
   const std::size_t full = nb / G, rest = nb % G;
   const act_unit<W>* au[NT];
   __m512i tb[R][n_tables<W>];
-  for (std::size_t j = 0; j < full; ++j) {
-    for (std::size_t r = 0; r < R; ++r) {
-      load_tables<W>(row[r] + j * UB, tb[r]);
-      // Each stream's lines `ahead` bytes on (never faults).
-      for (std::size_t o = 0; o < UB; o += 64)
-        _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + ahead + o), _MM_HINT_T0);
+  if constexpr (!L2) {
+    for (std::size_t j = 0; j < full; ++j) {
+      for (std::size_t r = 0; r < R; ++r) {
+        load_tables<W>(row[r] + j * UB, tb[r]);
+        // Each stream's lines `ahead` bytes on (never faults).
+        for (std::size_t o = 0; o < UB; o += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + ahead + o), _MM_HINT_T0);
+      }
+      for (std::size_t t = 0; t < NT; ++t) au[t] = tok[t] + j;
+      unit<W, NT, R>(tb, au, c, acc, accm);
     }
-    for (std::size_t t = 0; t < NT; ++t) au[t] = tok[t] + j;
-    unit<W, NT, R>(tb, au, c, acc, accm);
+  } else {
+    // Rows in groups of G taken in turn (tables, prefetches, unit), each
+    // stream's lines also asked for l2_prefetch_ahead bytes on into L2. G = 4 where
+    // unit shares four rows' scales (q4_0, one token), else 1: a row's
+    // operations are unit's either way, so the same bits.
+    constexpr std::size_t G = std::is_same_v<W, block_q4_0> && NT == 1 && R % 4 == 0 ? 4 : 1;
+    for (std::size_t j = 0; j < full; ++j) {
+      for (std::size_t t = 0; t < NT; ++t) au[t] = tok[t] + j;
+      for (std::size_t g = 0; g < R; g += G) {
+        for (std::size_t r = g; r < g + G; ++r) {
+          load_tables<W>(row[r] + j * UB, tb[r]);
+          for (std::size_t o = 0; o < UB; o += 64) {
+            _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + ahead + o), _MM_HINT_T0);
+            _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + l2_prefetch_ahead + o), _MM_HINT_T1);
+          }
+        }
+        unit<W, NT, G>(tb + g, au, c, acc + g, accm + g);
+      }
+    }
   }
   if (rest != 0) {
     // The last rest blocks; the bytes past them read as zeros (nothing is
@@ -849,10 +886,16 @@ inline void dot_rows_decode(const std::byte* rows, std::size_t row_bytes, std::s
   for (std::size_t t = 0; t < n_tokens; ++t) tok[t] = acts[t]->units.data();
   const ld::consts<W> c = ld::consts<W>::make();
   const std::size_t ahead = ld::prefetch_ahead(plan);
-  detail::decode_row_pairs<8>(rows, row_bytes, n_rows, n_tokens, out, cpu::walks_wide(plan),
-                              [&]<std::size_t NT, std::size_t R>(const std::byte* const* rp, float* const* op) {
-                                ld::rows_decode<W, NT, R>(rp, nb, tok, c, op, out_stride, ahead);
-                              });
+  auto walk = [&]<bool L2>() {
+    detail::decode_row_pairs<8>(rows, row_bytes, n_rows, n_tokens, out, cpu::walks_wide(plan),
+                                [&]<std::size_t NT, std::size_t R>(const std::byte* const* rp, float* const* op) {
+                                  ld::rows_decode<W, NT, R, L2>(rp, nb, tok, c, op, out_stride, ahead);
+                                });
+  };
+  if (plan == cpu::row_streams::far)
+    walk.template operator()<true>();
+  else
+    walk.template operator()<false>();
 #elif defined(KESTREL_LEGACY_DECODE_AVX2)
   namespace ld2 = detail::ld2;
   const ld2::act_block* tok[decode_kernel_tokens];
