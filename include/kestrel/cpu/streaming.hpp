@@ -48,8 +48,9 @@
 //   and prefetches taken just before its arithmetic
 //   (quant/legacy_decode.hpp, block_row_streams). bench/ab_decode.sh on
 //   the family 6 model 207 host, token time against wide: TinyLlama q8_0
-//   0.928 [0.917, 0.937], q4_0 0.979; 110M q8_0, which the L3 partly
-//   holds, 1.114 (so it keeps wide).
+//   0.928 [0.917, 0.937] (far forced) and 0.932 [0.923, 0.948] (chosen so),
+//   q4_0 0.979; 110M q8_0, which the L3 partly holds, 1.114 with far forced
+//   (so it keeps wide: 1.009 as chosen, the control 1.003).
 // The choice changes only the order in which memory is read: every row and
 // every output runs the same operations whatever is beside it, so the
 // results are the same bits either way (tests/cpu/test_linear.cpp,
