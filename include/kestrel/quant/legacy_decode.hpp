@@ -45,7 +45,8 @@
 // row at a time. On Intel (row_streams::wide, cpu/streaming.hpp) one token
 // takes rows in eights instead, j, q + j, .., 7q + j, each stream
 // prefetched 1 KiB ahead (row_streams::far, for a model larger than the
-// last-level cache in 2 MiB pages: also 3 KiB ahead into L2). Every row runs the same operations, alone or paired, so its
+// last-level cache in 2 MiB pages: also 3 KiB ahead into L2, the rows in
+// turn). Every row runs the same operations, alone or paired, so its
 // result does not depend on how the rows are split among threads.
 //
 // ---- rounding (tests/quant/test_legacy_tokens.cpp) ----
@@ -559,22 +560,22 @@ inline void rows_decode(const std::byte* const* row, std::size_t nb, const act_u
       unit<W, NT, R>(tb, au, c, acc, accm);
     }
   } else {
-    // Rows in groups of G taken in turn (tables, prefetches, unit), each
-    // stream's lines also asked for l2_prefetch_ahead bytes on into L2. G = 4 where
-    // unit shares four rows' scales (q4_0, one token), else 1: a row's
-    // operations are unit's either way, so the same bits.
-    constexpr std::size_t G = std::is_same_v<W, block_q4_0> && NT == 1 && R % 4 == 0 ? 4 : 1;
+    // Rows in groups of RG taken in turn (tables, prefetches, unit), each
+    // stream's lines also asked for l2_prefetch_ahead bytes on into L2.
+    // RG = 4 where unit shares four rows' scales (q4_0, one token), else 1:
+    // a row's operations are unit's either way, so the same bits.
+    constexpr std::size_t RG = std::is_same_v<W, block_q4_0> && NT == 1 && R % 4 == 0 ? 4 : 1;
     for (std::size_t j = 0; j < full; ++j) {
       for (std::size_t t = 0; t < NT; ++t) au[t] = tok[t] + j;
-      for (std::size_t g = 0; g < R; g += G) {
-        for (std::size_t r = g; r < g + G; ++r) {
+      for (std::size_t g = 0; g < R; g += RG) {
+        for (std::size_t r = g; r < g + RG; ++r) {
           load_tables<W>(row[r] + j * UB, tb[r]);
           for (std::size_t o = 0; o < UB; o += 64) {
             _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + ahead + o), _MM_HINT_T0);
             _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + l2_prefetch_ahead + o), _MM_HINT_T1);
           }
         }
-        unit<W, NT, G>(tb + g, au, c, acc + g, accm + g);
+        unit<W, NT, RG>(tb + g, au, c, acc + g, accm + g);
       }
     }
   }
