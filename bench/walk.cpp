@@ -16,9 +16,9 @@
 // One JSON line per variant: GB/s of weights per pass (median, quartiles)
 // and the median and quartiles over passes of its time over the first
 // variant's (decode) in the same pass. Weights are read in place from the
-// file mapping, as kestrel-bench -mmp 1 reads them; f32 and f16 rows walk
-// as decode's plan for rows in 2 MiB pages when the mapping has them
-// (cpu/streaming.hpp). Types decode reads in the file's layout only: f32,
+// file mapping, as kestrel-bench -mmp 1 reads them; rows walk as decode's
+// plans for rows in 2 MiB pages when the mapping has them, and for a model
+// larger than the last-level cache when it is (cpu/streaming.hpp). Types decode reads in the file's layout only: f32,
 // f16, bf16 and the legacy blocks (q4_0 .. q8_0) on AVX-512 hosts; the
 // k-quants (repacked at load) are refused.
 #include <algorithm>
@@ -156,6 +156,10 @@ int main(int argc, char** argv) try {
       max_cols = std::max(max_cols, w.cols);
       max_rows = std::max(max_rows, w.rows);
     }
+  // As cpu_backend::prepare_weights marks them (detail::mark_from_memory).
+  const bool from_memory = bytes > cpu::last_level_cache_bytes();
+  for (auto& r : regions)
+    for (auto& w : r.w) w.from_memory = from_memory;
 
   std::vector<float> x(max_cols);
   std::mt19937 rng(1);
@@ -214,10 +218,10 @@ int main(int argc, char** argv) try {
     const auto g = quartiles(gbps), q = quartiles(ratio);
     std::printf(
         "{\"variant\": %s, \"model_filename\": %s, \"n_threads\": %zu, \"passes\": %zu, \"bytes\": %zu, "
-        "\"huge_pages\": %s, \"skipped\": %s, \"gbps\": %.2f, \"gbps_q1\": %.2f, \"gbps_q3\": %.2f, \"time_ratio_to_decode\": %.3f, "
+        "\"huge_pages\": %s, \"from_memory\": %s, \"skipped\": %s, \"gbps\": %.2f, \"gbps_q1\": %.2f, \"gbps_q3\": %.2f, \"time_ratio_to_decode\": %.3f, "
         "\"ratio_q1\": %.3f, \"ratio_q3\": %.3f}\n",
         bench::json_string(v == 0 ? "decode" : "read " + reads[v - 1].name).c_str(), bench::json_string(path).c_str(),
-        threads, passes, bytes, huge ? "true" : "false", bench::json_string(skipped).c_str(), g[1], g[0], g[2], q[1], q[0], q[2]);
+        threads, passes, bytes, huge ? "true" : "false", from_memory ? "true" : "false", bench::json_string(skipped).c_str(), g[1], g[0], g[2], q[1], q[0], q[2]);
   }
   if (sink == 0x5eed) std::fprintf(stderr, " ");  // keeps the reads
   return 0;
