@@ -7,9 +7,9 @@
 // and the output matrix. A read variant "S:L2:L1" reads each matrix's rows
 // on the same pool, split as a decode product of its size is split
 // (cpu::parallel_for), S rows side by side (rows j, q + j, .., (S - 1) q +
-// j of a chunk of S q rows), line by line with each
-// stream's line asked for L2 bytes ahead into L2 and L1 bytes ahead into L1
-// (0: not asked), the loads OR'd: the walk's cost without the arithmetic.
+// j of a chunk of S q rows), line by line with each stream's line asked
+// for L2 bytes ahead into L2 and L1 bytes ahead into L1 (0: not asked), the
+// loads OR'd: the walk's cost without the arithmetic.
 //
 //   kestrel-bench-walk -m FILE [-t 2] [-r 15] [--read S:L2:L1]...
 //
@@ -18,9 +18,10 @@
 // variant's (decode) in the same pass. Weights are read in place from the
 // file mapping, as kestrel-bench -mmp 1 reads them; rows walk as decode's
 // plans for rows in 2 MiB pages when the mapping has them, and for a model
-// larger than the last-level cache when it is (cpu/streaming.hpp). Types decode reads in the file's layout only: f32,
-// f16, bf16 and the legacy blocks (q4_0 .. q8_0) on AVX-512 hosts; the
-// k-quants (repacked at load) are refused.
+// larger than the last-level cache when it is (cpu/streaming.hpp). Types
+// decode reads in the file's layout only: f32, f16, bf16 and the legacy
+// blocks (q4_0 .. q8_0) on AVX-512 hosts; the k-quants (repacked at load)
+// are refused.
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -218,10 +219,11 @@ int main(int argc, char** argv) try {
     const auto g = quartiles(gbps), q = quartiles(ratio);
     std::printf(
         "{\"variant\": %s, \"model_filename\": %s, \"n_threads\": %zu, \"passes\": %zu, \"bytes\": %zu, "
-        "\"huge_pages\": %s, \"from_memory\": %s, \"skipped\": %s, \"gbps\": %.2f, \"gbps_q1\": %.2f, \"gbps_q3\": %.2f, \"time_ratio_to_decode\": %.3f, "
-        "\"ratio_q1\": %.3f, \"ratio_q3\": %.3f}\n",
+        "\"huge_pages\": %s, \"from_memory\": %s, \"skipped\": %s, \"gbps\": %.2f, \"gbps_q1\": %.2f, "
+        "\"gbps_q3\": %.2f, \"time_ratio_to_decode\": %.3f, \"ratio_q1\": %.3f, \"ratio_q3\": %.3f}\n",
         bench::json_string(v == 0 ? "decode" : "read " + reads[v - 1].name).c_str(), bench::json_string(path).c_str(),
-        threads, passes, bytes, huge ? "true" : "false", from_memory ? "true" : "false", bench::json_string(skipped).c_str(), g[1], g[0], g[2], q[1], q[0], q[2]);
+        threads, passes, bytes, huge ? "true" : "false", from_memory ? "true" : "false",
+        bench::json_string(skipped).c_str(), g[1], g[0], g[2], q[1], q[0], q[2]);
   }
   if (sink == 0x5eed) std::fprintf(stderr, " ");  // keeps the reads
   return 0;

@@ -172,8 +172,9 @@ inline constexpr std::size_t matvec_near_bytes =
 /// the accumulators in memory and reload x for each stream, which reads
 /// faster here for reasons not found. The same fences in f16's walk (a
 /// step is one line there): 1.016 [1.011, 1.018] of its time without
-/// them, so only here. Since replaced (on the model 207 AMX host) by loads issued in a fixed order
-/// (simd::in_order): x's two lines first, then the streams' first lines,
+/// them, so only here. Since replaced (on the model 207 AMX host) by
+/// loads issued in a fixed order (simd::in_order): x's two lines first,
+/// then the streams' first lines,
 /// then their second lines, each a load of its own, then the four
 /// multiply-adds. A /tmp harness (every f32 product of TinyLlama f32 in
 /// decode's regions on the pool, 2 threads, page-cache 2 MiB folios,

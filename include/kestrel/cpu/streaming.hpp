@@ -82,10 +82,12 @@ enum class row_streams : unsigned char {
   pairs,        ///< two streams per thread, short prefetch: AMD to Zen 4, and every host not known to want more
   pairs_ahead,  ///< pairs, 16-bit float rows and legacy blocks prefetched 2 KiB ahead, k-quant x16 blocks one block ahead: AMD Zen 5
   wide,         ///< eight streams of float rows and of legacy blocks, 1 KiB prefetch; x16 panels in pairs: Intel
-  far,          ///< wide, but float rows in two streams asked for 3 KiB ahead into L2 and 1-1.5 KiB into L1: Intel, rows in 2 MiB pages
+  far,          ///< wide, but float rows in two streams asked for 3 KiB ahead into L2 and 1-1.5 KiB into L1: Intel, rows in 2 MiB pages;
+                ///< legacy blocks as wide, also 3 KiB ahead into L2 (a model larger than the last-level cache)
 };
 
-/// Whether kernels other than the float rows' walk as wide (far is wide for them).
+/// Whether kernels other than the float rows' take wide's streams (far takes them too; the legacy blocks'
+/// decode adds its L2 prefetch under far: quant/legacy_decode.hpp).
 inline constexpr bool walks_wide(row_streams p) noexcept { return p == row_streams::wide || p == row_streams::far; }
 
 /// The plan for the CPU this runs on: wide for Intel ("GenuineIntel"),
@@ -121,8 +123,8 @@ inline row_streams host_row_streams() noexcept {
 /// The plan for float rows (cpu/matvec.hpp) of element_bytes each (4: f32,
 /// 2: f16 or bf16) that lie in 2 MiB pages or not (weight_view::huge_pages):
 /// the host's, with far in place of wide for rows in 2 MiB pages.
-/// Only the float rows' walk differs between the two; every other kernel
-/// reads far as wide.
+/// The legacy blocks choose by block_row_streams instead; every other
+/// kernel reads far as wide.
 inline row_streams float_row_streams(bool huge_pages, std::size_t element_bytes) noexcept {
   const row_streams p = host_row_streams();
   return p == row_streams::wide && huge_pages && (element_bytes == 2 || element_bytes == 4) ? row_streams::far : p;
