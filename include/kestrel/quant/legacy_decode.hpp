@@ -524,6 +524,11 @@ inline void sum2(__m512 u, __m512 v, float* su, float* sv) noexcept {
 /// q8_0's kernel as wide 0.90 of a plain read of eight streams with that
 /// prefetch (bench/README.md, kestrel-bench-walk); the kernel as wide with
 /// the L2 prefetch but all eight rows' tables loaded first gained 1.00-1.04.
+/// Two tokens walk rows in pairs (registers) and take the L2 prefetch too:
+/// without it a 2-token call of TinyLlama q8_0 took 1.142 [1.122, 1.161]
+/// of the time (bench/ab_decode.sh --prefill 2, 1496 rounds). One token in
+/// pairs with it instead of eight streams: 1.015; one prefetch per line
+/// (2.125 a q8_0 unit instead of 3): 0.999 (neither kept).
 inline constexpr std::size_t l2_prefetch_ahead = 3072;
 inline constexpr std::size_t prefetch_ahead(cpu::row_streams plan) noexcept {
   switch (plan) {
