@@ -856,9 +856,9 @@ inline void quantized_linear(const weight_view& w, const float* x, std::size_t n
           acts[t].prepare(a + t * nb, nb);
           ap[t] = &acts[t];
         }
+        const row_streams plan = block_row_streams(w.huge_pages, w.from_memory);
         parallel_for(pool, w.rows, [&](std::size_t r0, std::size_t r1) {
-          quant::dot_rows_decode<B>(base + r0 * row_bytes, row_bytes, r1 - r0, ap, n_tokens, y + r0, w.rows,
-                                    cpu::block_row_streams(w.huge_pages, w.from_memory));
+          quant::dot_rows_decode<B>(base + r0 * row_bytes, row_bytes, r1 - r0, ap, n_tokens, y + r0, w.rows, plan);
         }, n_tokens * w.rows * cols);
         return;
       }

@@ -553,35 +553,26 @@ inline void rows_decode(const std::byte* const* row, std::size_t nb, const act_u
   const std::size_t full = nb / G, rest = nb % G;
   const act_unit<W>* au[NT];
   __m512i tb[R][n_tables<W>];
-  if constexpr (!L2) {
-    for (std::size_t j = 0; j < full; ++j) {
-      for (std::size_t r = 0; r < R; ++r) {
+  // Rows in groups of RG: each group's tables and prefetches, then its
+  // unit. Without L2 one group of all R rows (every table loaded before any
+  // arithmetic); with L2 the rows in turn (RG = 4 where unit shares four
+  // rows' scales: q4_0, one token; else 1), each stream's lines also asked
+  // for l2_prefetch_ahead bytes on into L2. A row's operations are unit's
+  // either way, so the same bits.
+  constexpr std::size_t RG = !L2 ? R : std::is_same_v<W, block_q4_0> && NT == 1 && R % 4 == 0 ? 4 : 1;
+  for (std::size_t j = 0; j < full; ++j) {
+    for (std::size_t t = 0; t < NT; ++t) au[t] = tok[t] + j;
+    for (std::size_t g = 0; g < R; g += RG) {
+      for (std::size_t r = g; r < g + RG; ++r) {
         load_tables<W>(row[r] + j * UB, tb[r]);
         // Each stream's lines `ahead` bytes on (never faults).
-        for (std::size_t o = 0; o < UB; o += 64)
+        for (std::size_t o = 0; o < UB; o += 64) {
           _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + ahead + o), _MM_HINT_T0);
-      }
-      for (std::size_t t = 0; t < NT; ++t) au[t] = tok[t] + j;
-      unit<W, NT, R>(tb, au, c, acc, accm);
-    }
-  } else {
-    // Rows in groups of RG taken in turn (tables, prefetches, unit), each
-    // stream's lines also asked for l2_prefetch_ahead bytes on into L2.
-    // RG = 4 where unit shares four rows' scales (q4_0, one token), else 1:
-    // a row's operations are unit's either way, so the same bits.
-    constexpr std::size_t RG = std::is_same_v<W, block_q4_0> && NT == 1 && R % 4 == 0 ? 4 : 1;
-    for (std::size_t j = 0; j < full; ++j) {
-      for (std::size_t t = 0; t < NT; ++t) au[t] = tok[t] + j;
-      for (std::size_t g = 0; g < R; g += RG) {
-        for (std::size_t r = g; r < g + RG; ++r) {
-          load_tables<W>(row[r] + j * UB, tb[r]);
-          for (std::size_t o = 0; o < UB; o += 64) {
-            _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + ahead + o), _MM_HINT_T0);
+          if constexpr (L2)
             _mm_prefetch(reinterpret_cast<const char*>(row[r] + j * UB + l2_prefetch_ahead + o), _MM_HINT_T1);
-          }
         }
-        unit<W, NT, RG>(tb + g, au, c, acc + g, accm + g);
       }
+      unit<W, NT, RG>(tb + g, au, c, acc + g, accm + g);
     }
   }
   if (rest != 0) {
