@@ -37,6 +37,7 @@
 #include "kestrel/cpu/matvec.hpp"
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/io/gguf.hpp"
+#include "kestrel/model/backend.hpp"
 #include "kestrel/model/gguf_types.hpp"
 
 namespace {
@@ -157,10 +158,12 @@ int main(int argc, char** argv) try {
       max_cols = std::max(max_cols, w.cols);
       max_rows = std::max(max_rows, w.rows);
     }
-  // As cpu_backend::prepare_weights marks them (detail::mark_from_memory).
-  const bool from_memory = bytes > cpu::last_level_cache_bytes();
+  // Marked as cpu_backend::prepare_weights marks the model's matrices.
+  std::vector<weight_view*> marked;
   for (auto& r : regions)
-    for (auto& w : r.w) w.from_memory = from_memory;
+    for (auto& w : r.w) marked.push_back(&w);
+  kestrel::detail::mark_from_memory(marked);
+  const bool from_memory = marked.front()->from_memory;
 
   std::vector<float> x(max_cols);
   std::mt19937 rng(1);

@@ -160,11 +160,12 @@ inline std::vector<weight_view*> decode_views(llama_weights& w) {
   return views;
 }
 
-/// Marks every matrix decode reads from memory (weight_view::from_memory)
-/// where their distinct bytes together exceed the last-level cache, so
-/// that each token streams them from memory rather than from the cache.
-inline void mark_from_memory(llama_weights& w) {
-  const std::vector<weight_view*> views = decode_views(w);
+/// Marks every one of the views decode reads from memory
+/// (weight_view::from_memory) where their distinct bytes together exceed
+/// the last-level cache, so that each token streams them from memory
+/// rather than from the cache. (kestrel-bench-walk marks the matrices it
+/// reads by this rule too.)
+inline void mark_from_memory(std::span<weight_view* const> views) {
   std::vector<const void*> seen;
   std::size_t bytes = 0;
   for (const weight_view* v : views)
@@ -174,6 +175,12 @@ inline void mark_from_memory(llama_weights& w) {
     }
   const bool from_memory = bytes > cpu::last_level_cache_bytes();
   for (weight_view* v : views) v->from_memory = from_memory;
+}
+
+/// The same for the matrices of a model (decode_views).
+inline void mark_from_memory(llama_weights& w) {
+  const std::vector<weight_view*> views = decode_views(w);
+  mark_from_memory(views);
 }
 
 }  // namespace detail
