@@ -174,9 +174,8 @@ inline constexpr std::size_t matvec_near_bytes =
 /// step is one line there): 1.016 [1.011, 1.018] of its time without
 /// them, so only here. Since replaced (on the model 207 AMX host) by
 /// loads issued in a fixed order (simd::in_order): x's two lines first,
-/// then the streams' first lines,
-/// then their second lines, each a load of its own, then the four
-/// multiply-adds. A /tmp harness (every f32 product of TinyLlama f32 in
+/// then the streams' first lines, then their second lines, each a load of
+/// its own, then the four multiply-adds. A /tmp harness (every f32 product of TinyLlama f32 in
 /// decode's regions on the pool, 2 threads, page-cache 2 MiB folios,
 /// paired medians of 25-31 passes): the fenced loop read 0.95-0.96x as
 /// fast as this one, and this one as fast as a plain read of the same walk
