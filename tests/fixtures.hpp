@@ -71,9 +71,28 @@ inline std::string read_file(const std::filesystem::path& p) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-/// A fresh scratch directory for this process, e.g. for truncated copies.
+/// This process's scratch folder, $TMPDIR/kestrel-test-PID, removed with
+/// everything in it when the process exits normally (a test binary wrote
+/// up to 170 MB there per run, and left it behind), unless
+/// KESTREL_KEEP_SCRATCH is set, to look at what a failing test wrote.
+inline const std::filesystem::path& scratch_root() {
+  struct root {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("kestrel-test-" + std::to_string(::getpid()));
+    ~root() {
+      const char* keep = std::getenv("KESTREL_KEEP_SCRATCH");
+      std::error_code ec;  // nothing to report from an exiting process
+      if (!(keep && *keep)) std::filesystem::remove_all(path, ec);
+    }
+  };
+  static const root r;
+  return r.path;
+}
+
+/// A scratch directory `name` for this process (scratch_root), e.g. for
+/// truncated copies.
 inline std::filesystem::path scratch_dir(std::string_view name) {
-  auto d = std::filesystem::temp_directory_path() / ("kestrel-test-" + std::to_string(::getpid())) / name;
+  auto d = scratch_root() / name;
   std::filesystem::create_directories(d);
   return d;
 }

@@ -6,10 +6,14 @@ failure when they are missing, and the checks' bookkeeping.
     clitest.require(os.path.join(fixtures, "gguf", "stories260K.gguf"))  # skip (77), or fail in CI
     clitest.check("name", ok, detail)
     clitest.fails_with("name", completed_process, "needle", ...)  # exit 1, "error:" and the needles on stderr
+    tmp = clitest.scratch("kestrel-tools-")  # a folder removed at exit
     clitest.finish("what")  # the summary line and the exit status
 """
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 failures = 0
 checks = 0
@@ -19,6 +23,15 @@ def fixtures_dir():
     """$KESTREL_FIXTURES, or ../shared/fixtures beside the checkout."""
     here = os.path.dirname(os.path.abspath(__file__))
     return os.environ.get("KESTREL_FIXTURES") or os.path.join(here, "..", "..", "..", "shared", "fixtures")
+
+
+def scratch(prefix):
+    """A fresh folder under $TMPDIR, removed with its files when the test
+    exits (unless KESTREL_KEEP_SCRATCH is set, to look at what it wrote)."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    if not os.environ.get("KESTREL_KEEP_SCRATCH"):
+        atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def require(path):

@@ -16,7 +16,6 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 
 import clitest
 from clitest import check, fails_with
@@ -101,7 +100,7 @@ fails_with("-pg not numbers", run("-m", stories, "-pg", "a,4"), "-pg", "'a' is n
 fails_with("-o unknown", run("-m", stories, "-o", "xml"), "-o must be md, csv, json or jsonl", "xml")
 fails_with("-r 0", run("-m", stories, "-r", "0"), "-r must be >= 1")
 fails_with("no model", run("-p", "8"), "no model given")
-tmp = tempfile.mkdtemp(prefix="kestrel-bench-")
+tmp = clitest.scratch("kestrel-bench-")
 fails_with("missing model file", run("-m", os.path.join(tmp, "nope.gguf")), "nope.gguf", "no such file")
 truncated = os.path.join(tmp, "truncated.gguf")
 with open(stories, "rb") as f, open(truncated, "wb") as g:

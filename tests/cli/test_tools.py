@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 
 import clitest
 from clitest import check, fails_with
@@ -30,7 +29,7 @@ def run(args):
     return subprocess.run(args, capture_output=True, timeout=300)
 
 
-tmp = tempfile.mkdtemp(prefix="kestrel-tools-")
+tmp = clitest.scratch("kestrel-tools-")
 q8 = os.path.join(tmp, "q8.gguf")
 
 # kestrel-quantize
