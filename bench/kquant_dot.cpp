@@ -274,6 +274,7 @@ void bench_type(const char* name, kestrel::dtype type, std::size_t rows, std::si
 
 constexpr long peak_iters = 4'000'000;
 
+KESTREL_INTRINSICS_BEGIN  // _mm512_reduce_add_epi32 on GCC 12 (kestrel/core/diagnostics.hpp)
 /// 12 independent vpdpbusd zmm chains (register-resident): 12 * 64 u8 x s8
 /// products, 2 ops each, per iteration. 0 without AVX-512 VNNI.
 double vnni_peak_ms(long iters) {
@@ -295,6 +296,7 @@ double vnni_peak_ms(long iters) {
   return 0;
 #endif
 }
+KESTREL_INTRINSICS_END
 
 /// The peak loop on n threads at once; GOP/s over all of them.
 double vnni_peak_gops(std::size_t n_threads) {

@@ -19,10 +19,12 @@ inline simd::fbatch swiglu_batch(const simd::fbatch& g, const simd::fbatch& u) n
 /// out may alias gate (or up): each element is read before it is written.
 inline void swiglu(float* out, const float* gate, const float* up, std::size_t n) noexcept {
   constexpr std::size_t W = simd::width;
-  std::size_t i = 0;
-  for (; i + W <= n; i += W)
+  // The bound computed up front (not "i + W <= n"), as in softmax: GCC 12
+  // then sees the tail loop is finite and does not warn that it may not be.
+  const std::size_t n_vec = n - n % W;
+  for (std::size_t i = 0; i < n_vec; i += W)
     swiglu_batch(simd::fbatch::load_unaligned(gate + i), simd::fbatch::load_unaligned(up + i)).store_unaligned(out + i);
-  for (; i < n; ++i) {
+  for (std::size_t i = n_vec; i < n; ++i) {
     // Same vector exp for the tail, so every element has the same bound.
     const float e = cpu::exp(simd::fbatch(-gate[i])).get(0);
     out[i] = gate[i] / (1.0f + e) * up[i];

@@ -20,11 +20,14 @@
 #include <immintrin.h>
 #endif
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/core/dtype.hpp"
 #include "kestrel/core/error.hpp"
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/quantized.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::cpu {
 
@@ -145,3 +148,4 @@ inline void row_to_f32(const weight_view& w, std::size_t row, float* out) {
 }
 
 }  // namespace kestrel::cpu
+KESTREL_INTRINSICS_END

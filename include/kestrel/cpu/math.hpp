@@ -8,7 +8,10 @@
 #include <immintrin.h>
 #endif
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::cpu {
 
@@ -53,3 +56,4 @@ inline __m512 exp_scalef(__m512 x) noexcept {
 #endif
 
 }  // namespace kestrel::cpu
+KESTREL_INTRINSICS_END

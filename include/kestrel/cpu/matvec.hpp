@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <span>
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/core/error.hpp"
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/convert.hpp"
@@ -21,6 +22,8 @@
 #include "kestrel/cpu/thread_pool.hpp"
 #include "kestrel/cpu/activation.hpp"
 #include "kestrel/cpu/xsimd_compat.hpp"
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::cpu {
 
@@ -522,3 +525,4 @@ inline void matvec_swiglu(const weight_view& gate, const weight_view& up, const 
 }
 
 }  // namespace kestrel::cpu
+KESTREL_INTRINSICS_END

@@ -15,9 +15,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kestrel/core/diagnostics.hpp"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::cpu {
 
@@ -162,3 +166,4 @@ inline void rope(float* x, std::size_t n_heads, std::size_t head_dim, std::size_
 }
 
 }  // namespace kestrel::cpu
+KESTREL_INTRINSICS_END

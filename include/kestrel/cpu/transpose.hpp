@@ -6,6 +6,10 @@
 #include <immintrin.h>
 #endif
 
+#include "kestrel/core/diagnostics.hpp"
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
+
 namespace kestrel::cpu::detail {
 
 #if defined(__AVX512F__)
@@ -59,3 +63,4 @@ inline void transpose8x8(__m256 r[8]) noexcept {
 #endif
 
 }  // namespace kestrel::cpu::detail
+KESTREL_INTRINSICS_END

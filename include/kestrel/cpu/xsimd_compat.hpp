@@ -10,7 +10,13 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "kestrel/core/diagnostics.hpp"
+
+// xsimd's own functions (exp, which the activations and softmax use) are
+// compiled where xsimd's text is: the same GCC 12 warnings there.
+KESTREL_INTRINSICS_BEGIN
 #include <xsimd/xsimd.hpp>
+KESTREL_INTRINSICS_END
 
 namespace kestrel::cpu::simd {
 

@@ -53,12 +53,15 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/quant/amx.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 
 #if defined(KESTREL_AMX) && defined(KESTREL_KQUANT_PANEL)
 #define KESTREL_KQUANT_AMX 1
 #endif
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::quant {
 
@@ -235,3 +238,4 @@ inline void kpanel_tiles_pair(const kamx_block* pa, const kamx_block* pb, std::s
 #endif
 
 }  // namespace kestrel::quant
+KESTREL_INTRINSICS_END

@@ -72,6 +72,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/cpu/streaming.hpp"
 #include "kestrel/quant/legacy.hpp"
 #include "kestrel/quant/legacy_format.hpp"
@@ -84,6 +85,8 @@
 #include <immintrin.h>
 #define KESTREL_LEGACY_DECODE_AVX2 1
 #endif
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::quant {
 
@@ -915,3 +918,4 @@ inline void dot_rows_decode(const std::byte* rows, std::size_t row_bytes, std::s
 }
 
 }  // namespace kestrel::quant
+KESTREL_INTRINSICS_END

@@ -61,9 +61,12 @@
 #define KESTREL_LEGACY_PANEL 1
 #endif
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/quant/legacy_format.hpp"
 #include "kestrel/quant/ref/legacy.hpp"
 #include "kestrel/quant/token_groups.hpp"
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::quant {
 
@@ -317,3 +320,4 @@ inline void dot_tile(const W* w, std::size_t row_blocks, std::size_t n_rows, con
 }
 
 }  // namespace kestrel::quant
+KESTREL_INTRINSICS_END

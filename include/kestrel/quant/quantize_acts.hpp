@@ -36,8 +36,11 @@
 #define KESTREL_QUANTIZE_ACTS_AVX2 1
 #endif
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/quant/kquants_format.hpp"
 #include "kestrel/quant/legacy_format.hpp"
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::quant {
 
@@ -322,3 +325,4 @@ inline void quantize_acts(const float* x, block_q8_K* y, std::size_t n) {
 }
 
 }  // namespace kestrel::quant
+KESTREL_INTRINSICS_END
