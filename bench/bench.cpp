@@ -279,6 +279,7 @@ float sum_bytes_scalar(const std::byte* p, std::size_t n) {
   return static_cast<float>(a[0] + a[1] + a[2] + a[3]);
 }
 
+KESTREL_INTRINSICS_BEGIN  // _mm512_reduce_add_ps on GCC 12 (kestrel/core/diagnostics.hpp)
 /// Sums of the n bytes at a and the n bytes at b, read side by side: two
 /// streams of loads per thread, 128 bytes of each in turn. On the Zen 2 host
 /// (/tmp harness, 1 GiB in huge pages, 2 threads, medians of 7) one stream
@@ -365,6 +366,7 @@ __attribute__((target("avx512f"))) float sum_streams_avx512(const std::byte* con
     for (std::size_t s = 0; s < k; ++s) tail += static_cast<float>(p[s][i]);
   return _mm512_reduce_add_ps(_mm512_add_ps(a0, a1)) + tail;
 }
+KESTREL_INTRINSICS_END
 
 /// The streaming read of one thread's share: its k parts side by side
 /// (sum_pair for two, sum_streams_avx512 for more) while all have bytes

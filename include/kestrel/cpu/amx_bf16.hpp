@@ -19,12 +19,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/cpu/convert.hpp"
 #include "kestrel/quant/amx.hpp"
 
 #if defined(KESTREL_AMX) && defined(__AMX_BF16__) && defined(__AVX512BF16__)
 #define KESTREL_AMX_BF16 1
 #endif
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::cpu {
 
@@ -112,3 +115,4 @@ inline bool amx_bf16_enabled() noexcept { return false; }
 #endif
 
 }  // namespace kestrel::cpu
+KESTREL_INTRINSICS_END

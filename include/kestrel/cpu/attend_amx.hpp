@@ -43,11 +43,14 @@
 #include <cstdint>
 #include <limits>
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/cpu/amx_bf16.hpp"
 #include "kestrel/cpu/attend_block.hpp"
 #include "kestrel/cpu/convert.hpp"
 #include "kestrel/cpu/math.hpp"
 #include "kestrel/cpu/transpose.hpp"
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::cpu {
 
@@ -346,3 +349,4 @@ inline void attend_block_amx(const basic_attend_block_args<T>&, float*) noexcept
 #endif
 
 }  // namespace kestrel::cpu
+KESTREL_INTRINSICS_END

@@ -33,7 +33,11 @@
 #include <type_traits>
 #include <vector>
 
+#include "kestrel/core/diagnostics.hpp"
+// Eigen's AVX-512 packets meet the same GCC 12 warnings in its own code.
+KESTREL_INTRINSICS_BEGIN
 #include <Eigen/Core>
+KESTREL_INTRINSICS_END
 
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/convert.hpp"

@@ -11,9 +11,12 @@
 #endif
 
 #include "kestrel/core/buffer.hpp"
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/core/dtype.hpp"
 #include "kestrel/core/error.hpp"
 #include "kestrel/kv/concepts.hpp"
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel {
 
@@ -156,3 +159,4 @@ static_assert(KvCache<contiguous_kv_cache>);
 static_assert(KvCache<f16_kv_cache>);
 
 }  // namespace kestrel
+KESTREL_INTRINSICS_END

@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/token_groups.hpp"
 
@@ -63,6 +64,8 @@
 #include "kestrel/cpu/transpose.hpp"
 #define KESTREL_KQUANT_PANEL 1
 #endif
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::quant {
 
@@ -224,3 +227,4 @@ inline void kpanel_tokens(const kpanel_block* p, std::size_t n_rows, const block
 #endif
 
 }  // namespace kestrel::quant
+KESTREL_INTRINSICS_END

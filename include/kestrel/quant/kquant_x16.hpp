@@ -61,6 +61,7 @@
 #include <vector>
 
 #include "kestrel/cpu/streaming.hpp"
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/core/dtype.hpp"
 #include "kestrel/quant/kquant_panels.hpp"
 #include "kestrel/quant/kquants_format.hpp"
@@ -78,6 +79,8 @@
 // detail::x16::x16_tokens exists: cpu_backend interleaves q4_K and q6_K at load.
 #define KESTREL_X16_KERNEL 1
 #endif
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::quant {
 
@@ -897,5 +900,6 @@ inline void pack_kpanel(const block_q6_K_x16* p, std::size_t nb, kp::kpanel_bloc
 #endif
 
 }  // namespace kestrel::quant
+KESTREL_INTRINSICS_END
 
 #include "kestrel/quant/kquant_x16_avx2.hpp"

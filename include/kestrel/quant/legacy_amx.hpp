@@ -40,6 +40,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kestrel/core/diagnostics.hpp"
 #include "kestrel/quant/legacy_tokens.hpp"
 
 #include "kestrel/quant/amx.hpp"
@@ -47,6 +48,8 @@
 #if defined(KESTREL_AMX) && defined(KESTREL_LEGACY_PANEL)
 #define KESTREL_LEGACY_AMX 1
 #endif
+
+KESTREL_INTRINSICS_BEGIN  // GCC 12 (core/diagnostics.hpp)
 
 namespace kestrel::quant {
 
@@ -204,3 +207,4 @@ inline void panel_tiles_pair(const amx_block* pa, const amx_block* pb, std::size
 #endif
 
 }  // namespace kestrel::quant
+KESTREL_INTRINSICS_END
