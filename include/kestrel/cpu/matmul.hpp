@@ -34,10 +34,20 @@
 #include <vector>
 
 #include "kestrel/core/diagnostics.hpp"
-// Eigen's AVX-512 packets meet the same GCC 12 warnings in its own code.
+// Eigen's AVX-512 packets meet the same GCC 12 warnings in its own code,
+// and Eigen 3.4's bf16 packets leave a variable unused: neither is the
+// includer's to see under -Wall (found compiling examples/simple.cpp with
+// -Wall -Wextra and Debian 12's Eigen on an AVX-512 host).
+#if defined(__GNUC__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-variable"
+#endif
 KESTREL_INTRINSICS_BEGIN
 #include <Eigen/Core>
 KESTREL_INTRINSICS_END
+#if defined(__GNUC__)
+#pragma GCC diagnostic pop
+#endif
 
 #include "kestrel/core/tensor.hpp"
 #include "kestrel/cpu/convert.hpp"
