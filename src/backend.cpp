@@ -11,13 +11,5 @@
 #if !defined(KESTREL_SEPARATE)
 #error "src/backend.cpp is built with KESTREL_SEPARATE, as the programs that link it"
 #endif
-
-namespace kestrel {
-// The attention templates for the KV cache's element types (kv/contiguous.hpp).
-template void cpu_backend::attend<float>(const float*, const float*, const float*, std::size_t, std::size_t,
-                                         std::size_t, float, float*, float*);
-template void cpu_backend::attend<f16>(const float*, const f16*, const f16*, std::size_t, std::size_t, std::size_t,
-                                       float, float*, float*);
-template void cpu_backend::attend_block<float>(const cpu::basic_attend_block_args<float>&);
-template void cpu_backend::attend_block<f16>(const cpu::basic_attend_block_args<f16>&);
-}  // namespace kestrel
+// (backend.hpp instantiates the attention templates for the cache's element
+// types here, as it does in any program's KESTREL_SEPARATE_IMPL source.)

@@ -31,6 +31,7 @@
 #include "kestrel/model/hf.hpp"
 #include "kestrel/model/llama.hpp"
 #include "kestrel/model/load.hpp"
+#include "kestrel/model/save.hpp"
 #include "kestrel/model/weights.hpp"
 #include "kestrel/quant/kquants.hpp"
 #include "kestrel/quant/legacy.hpp"

@@ -544,6 +544,18 @@ KESTREL_CPU_BACKEND_FN prepare_weights(llama_weights& w) {
   }
 }
 #undef KESTREL_CPU_BACKEND_FN
+#if defined(KESTREL_SEPARATE)
+// The attention templates for the KV cache's element types
+// (kv/contiguous.hpp), instantiated in the one translation unit that
+// defines the separate parts (KESTREL_SEPARATE_IMPL): the others see only
+// their declarations.
+template void cpu_backend::attend<float>(const float*, const float*, const float*, std::size_t, std::size_t,
+                                         std::size_t, float, float*, float*);
+template void cpu_backend::attend<f16>(const float*, const f16*, const f16*, std::size_t, std::size_t, std::size_t,
+                                       float, float*, float*);
+template void cpu_backend::attend_block<float>(const cpu::basic_attend_block_args<float>&);
+template void cpu_backend::attend_block<f16>(const cpu::basic_attend_block_args<f16>&);
+#endif
 #endif  // KESTREL_SEPARATE_DEFINE
 
 /// The scalar twins of cpu/ref/, single-threaded: the reference the fast
