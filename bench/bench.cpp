@@ -1057,9 +1057,11 @@ int main(int argc, char** argv) {
     else if (a == "-ub" || a == "--ubatch-size") ubatches = numbers(a, value(), 1);
     else if (a == "-r" || a == "--repetitions") reps = kestrel::cli::parse_number<long>(a, value());
     else if (a == "-o" || a == "--output") format = std::string(value());
-    else if (a == "-mmp" || a == "--mmap")
-      placement = kestrel::cli::parse_number<long>(a, value()) != 0 ? kestrel::weight_placement::file
-                                                                     : kestrel::weight_placement::huge_pages;
+    else if (a == "-mmp" || a == "--mmap") {
+      const long mmp = kestrel::cli::parse_number<long>(a, value());
+      if (mmp != 0 && mmp != 1) die(std::string(a) + " must be 0 or 1, got " + std::to_string(mmp));
+      placement = mmp == 1 ? kestrel::weight_placement::file : kestrel::weight_placement::huge_pages;
+    }
     else if (a == "-ctk" || a == "--cache-type-k") type_k = std::string(value());
     else if (a == "-ctv" || a == "--cache-type-v") type_v = std::string(value());
     else if (a == "--no-warmup") warmup = false;
@@ -1070,7 +1072,12 @@ int main(int argc, char** argv) {
   }
   if (models.empty()) die("no model given (-m FILE)");
   for (const auto& m : models)  // before the probes' seconds
-    if (!std::filesystem::is_regular_file(m)) die(m + ": no such file");
+    if (!std::filesystem::is_regular_file(m))
+      die(m + (std::filesystem::is_directory(m) ? ": is a directory, not a model file" : ": no such file"));
+  for (long t : threads)  // the probes start t threads each: a typo of -t 5000 would run for minutes
+    if (t > static_cast<long>(kestrel::cpu::thread_pool::max_threads))
+      die("-t " + std::to_string(t) + " exceeds " + std::to_string(kestrel::cpu::thread_pool::max_threads) +
+          " threads");
   if (reps < 1) die("-r must be >= 1");
   if (format != "md" && format != "csv" && format != "json" && format != "jsonl")
     die("-o must be md, csv, json or jsonl, got " + format);

@@ -112,13 +112,13 @@ void run_templated(const kestrel::cli::options& opt, const chat_setup& chat, Sam
       input = tokens_of(formatted, true);
     }
     if (model.n_past() + input.size() >= model.n_ctx()) {
-      std::fprintf(stderr, "[context full: starting a new conversation]\n");
+      if (model.n_past() > 0) std::fprintf(stderr, "[context full: starting a new conversation]\n");
       model.reset();
       msgs = {msgs.back()};
       formatted = kestrel::apply_chat_template(chat.kind, msgs, true, chat.text);
       input = tokens_of(formatted, true);
       if (input.size() >= model.n_ctx()) {
-        std::fprintf(stderr, "error: the line is %zu tokens, longer than the context of %zu\n", input.size(),
+        std::fprintf(stderr, "error: the line is %zu tokens: a context of %zu leaves no room for a reply (raise -c)\n", input.size(),
                      model.n_ctx());
         msgs.clear();
         continue;
@@ -173,11 +173,11 @@ int main(int argc, char** argv) {
       };
       auto input = turn();
       if (model.n_past() + input.size() >= model.n_ctx()) {
-        std::fprintf(stderr, "[context full: starting a new conversation]\n");
+        if (model.n_past() > 0) std::fprintf(stderr, "[context full: starting a new conversation]\n");
         model.reset();
         input = turn();
         if (input.size() >= model.n_ctx()) {
-          std::fprintf(stderr, "error: the line is %zu tokens, longer than the context of %zu\n", input.size(),
+          std::fprintf(stderr, "error: the line is %zu tokens: a context of %zu leaves no room for a reply (raise -c)\n", input.size(),
                        model.n_ctx());
           continue;
         }

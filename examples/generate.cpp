@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
     kestrel::cli::session s(opt);
     auto& [sampler, file, tok, model] = s;
     const auto prompt = tok.encode(opt.prompt, tok.add_bos());
+    if (prompt.empty())  // the default prompt is BOS alone, which this vocabulary does not add
+      kestrel::cli::die("the prompt is empty and this model's vocabulary adds no BOS token: give a prompt (-p TEXT)");
     if (prompt.size() > model.n_ctx())  // before anything reaches stdout
       kestrel::cli::die("the prompt is " + std::to_string(prompt.size()) + " tokens, longer than the context length of " +
                         std::to_string(model.n_ctx()) + " (raise -c or shorten the prompt)");

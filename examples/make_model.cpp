@@ -6,6 +6,7 @@
 //     --vocab ggml-vocab-llama-spm.gguf --type f16 --seed 1 -o tinyllama-shape-f16.gguf
 #include <chrono>
 #include <cstdio>
+#include <new>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -96,6 +97,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "wrote %s: %s, %zu layers, n_embd %zu, vocab %zu, %.2f MiB of tensors in %.1f s\n",
                  out.c_str(), p.arch.c_str(), p.n_layer, p.n_embd, v.array_size("tokenizer.ggml.tokens"),
                  static_cast<double>(total) / (1024.0 * 1024.0), s);
+  } catch (const std::bad_alloc&) {
+    // write_random_model makes one tensor at a time in memory: the
+    // largest, n_embd x max(n_ff, n_vocab) values, did not fit.
+    die("out of memory making a tensor of n_embd " + std::to_string(p.n_embd) + " x n_ff " + std::to_string(p.n_ff) +
+        " (or x the vocabulary): smaller shapes, please");
   } catch (const std::exception& e) {
     die(e.what());
   }

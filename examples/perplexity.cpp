@@ -5,6 +5,7 @@
 //   kestrel-perplexity -m model.gguf -f wiki.test.raw -c 512
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
   if (n_chunks < 0) kestrel::cli::die("--chunks must be >= 1, got " + std::to_string(n_chunks));
   const std::size_t n_ctx = opt.n_ctx ? static_cast<std::size_t>(opt.n_ctx) : 512;
   try {
+    if (std::error_code ec; std::filesystem::is_directory(text_file, ec))
+      kestrel::cli::die(text_file + ": is a directory, not a text file");
     std::ifstream f(text_file, std::ios::binary);
     if (!f) kestrel::cli::die(text_file + ": cannot open the text file");
     const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};

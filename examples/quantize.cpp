@@ -80,7 +80,9 @@ int main(int argc, char** argv) {
   std::size_t n_threads = std::max(1u, std::thread::hardware_concurrency());
   if (pos.size() == 4) {
     const std::string s(pos[3]);
-    if (s.empty() || s.find_first_not_of("0123456789") != std::string::npos || std::stoul(s) == 0 || std::stoul(s) > 1024)
+    // Digits only, at most 4 of them (past that stoul could overflow and throw).
+    if (s.empty() || s.size() > 4 || s.find_first_not_of("0123456789") != std::string::npos || std::stoul(s) == 0 ||
+        std::stoul(s) > 1024)
       die("NTHREADS '" + s + "' is not a number from 1 to 1024");
     n_threads = std::stoul(s);
   }

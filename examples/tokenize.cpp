@@ -9,6 +9,7 @@
 // kestrel::tokenizer_from_gguf picks the family (SentencePiece or byte-level
 // BPE) from the file; kestrel::any_tokenizer does the rest.
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -152,11 +153,14 @@ int main(int argc, char** argv) {
     if (o.prompt) {
       text = o.escape ? process_escapes(*o.prompt) : *o.prompt;
     } else if (o.file) {
+      if (std::error_code ec; std::filesystem::is_directory(*o.file, ec)) kestrel::cli::die(*o.file + ": is a directory, not a file");
       std::ifstream in(*o.file, std::ios::binary);
       if (!in) kestrel::cli::die("cannot open " + *o.file);
       text.assign(std::istreambuf_iterator<char>(in), {});
+      if (in.bad()) kestrel::cli::die(*o.file + ": read error");
     } else {
       text.assign(std::istreambuf_iterator<char>(std::cin), {});
+      if (std::cin.bad()) kestrel::cli::die("standard input: read error");
     }
     const auto tok = kestrel::tokenizer_from_gguf(kestrel::io::gguf_file(o.model));
     run(tok, o, text);

@@ -106,5 +106,8 @@ truncated = os.path.join(tmp, "truncated.gguf")
 with open(stories, "rb") as f, open(truncated, "wb") as g:
     g.write(f.read()[: 100_000])
 fails_with("truncated model file", run("-m", truncated, "-t", "1", "-p", "8", "-n", "0", "-r", "1"), "truncated.gguf")
+fails_with("a directory as the model", run("-m", tmp), "is a directory")
+fails_with("-t past the pool's limit", run("-m", stories, "-t", "5000"), "-t 5000 exceeds 1024 threads")
+fails_with("-mmp 2", run("-m", stories, "-mmp", "2"), "-mmp must be 0 or 1")
 
 clitest.finish("kestrel-bench")

@@ -75,7 +75,7 @@ bad = [
     (["-m", fx("llama2c/stories260K.bin")], b"tokenizer"),
     (["-m", "/nonexistent/model.gguf"], b"cannot open"),
     (["-m", fixtures], b"a Hugging Face model directory needs config.json"),  # a directory is read as an HF model
-    (["-m", fx("llamacpp-vocab/ggml-vocab-llama-spm.gguf.inp")], b""),
+    (["-m", fx("llamacpp-vocab/ggml-vocab-llama-spm.gguf.inp")], b"not a GGUF file"),
     ([], b"no model"),
 ]
 for argv, needle in bad:

@@ -76,6 +76,14 @@ fails_with("make-model: missing vocab file", run([exe["make-model"], *shape[:-1]
            "nope.gguf")
 fails_with("make-model: unknown type", run([exe["make-model"], *shape, "--type", "q3", "-o", b]), "--type q3")
 check("make-model: no partial file after an error", not os.path.exists(os.path.join(tmp, "x.gguf")))
+own = os.path.join(tmp, "own-vocab.gguf")  # -o naming the --vocab file must not replace it
+with open(stories, "rb") as f, open(own, "wb") as g:
+    g.write(f.read())
+fails_with("make-model: -o is the --vocab file", run([exe["make-model"], *shape[:-1], own, "-o", own]),
+           "is the vocabulary file")
+check("make-model: the --vocab file is left as it was", open(own, "rb").read() == open(stories, "rb").read())
+fails_with("quantize: NTHREADS too long for a number", run([exe["quantize"], stories, os.path.join(tmp, "x.gguf"), "Q8_0",
+                                                          "99999999999999999999999"]), "is not a number from 1 to 1024")
 
 # kestrel-perplexity: llama-perplexity's output form
 r = run([exe["perplexity"], "-m", stories, "-f", text, "-c", "128", "-t", "2"])
@@ -96,5 +104,6 @@ with open(short, "w") as f:
 fails_with("perplexity: text shorter than one chunk", run([exe["perplexity"], "-m", stories, "-f", short, "-c", "128"]),
            "fewer than one chunk of -c 128")
 fails_with("perplexity: missing text", run([exe["perplexity"], "-m", stories, "-f", os.path.join(tmp, "nope.txt")]), "nope.txt")
+fails_with("perplexity: a directory as the text", run([exe["perplexity"], "-m", stories, "-f", tmp]), "is a directory")
 
 clitest.finish("tools")

@@ -27,6 +27,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -82,10 +83,12 @@ class gguf_stream_writer {
     head.append(m, 24, kv_end - 24);
     std::uint64_t offset = 0;
     sizes_.reserve(decls_.size());
+    std::unordered_set<std::string_view> names;  // a pairwise check took minutes at 100000 layers
+    names.reserve(decls_.size());
     for (const auto& t : decls_) {
       const std::uint64_t bytes = tensor_bytes(t.type, t.dims, t.name);
-      for (std::size_t i = 0; i < sizes_.size(); ++i)
-        if (decls_[i].name == t.name) throw invalid_argument("gguf_stream_writer: tensor " + t.name + " declared twice");
+      if (!names.insert(t.name).second)
+        throw invalid_argument("gguf_stream_writer: tensor " + t.name + " declared twice");
       put(head, static_cast<std::uint64_t>(t.name.size()));
       head += t.name;
       put(head, static_cast<std::uint32_t>(t.dims.size()));

@@ -371,6 +371,9 @@ inline json_value parse_json(std::string_view text, std::string path = {},
 /// Reads and parses the file at `path`. A missing or unreadable file is a
 /// file_error too.
 inline json_value read_json_file(const std::filesystem::path& path, std::size_t max_depth = json_default_max_depth) {
+  // (A directory opens as a stream and then fails to read with a message
+  // that names no file.)
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) throw file_error(path.string(), "is a directory, not a file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw file_error(path.string(), "cannot open file");
   const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};

@@ -296,7 +296,23 @@ KESTREL_SEPARATE_INLINE model_file load_model_file(const std::filesystem::path& 
         return bpe_tokenizer(load_bpe_hf_json(path / "tokenizer.json"));
       }
     } else {
-      weights = load_llama2c_weights(std::make_shared<const io::llama2c_checkpoint>(path));
+      // Anything that is neither a directory nor GGUF lands here: say both,
+      // so that a damaged GGUF or a stray config.json is not reported only
+      // as a llama2.c header of absurd dimensions.
+      std::shared_ptr<const io::llama2c_checkpoint> checkpoint;
+      try {
+        checkpoint = std::make_shared<const io::llama2c_checkpoint>(path);
+      } catch (const file_error& e) {
+        std::string why = e.what();
+        for (const std::string& prefix : {e.path() + ": offset " + std::to_string(e.offset()) + ": ", e.path() + ": "})
+          if (why.rfind(prefix, 0) == 0) {
+            why.erase(0, prefix.size());
+            break;
+          }
+        throw file_error(e.path(), e.offset(),
+                         "not a GGUF file (it does not start with 'GGUF') and not a llama2.c checkpoint (" + why + ")");
+      }
+      weights = load_llama2c_weights(std::move(checkpoint));
       if (!tokenizer)
         throw invalid_argument(name + ": a llama2.c checkpoint has no vocabulary; pass its tokenizer.bin (--tokenizer FILE)");
     }

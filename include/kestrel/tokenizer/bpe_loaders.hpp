@@ -30,6 +30,7 @@ namespace kestrel {
 namespace detail {
 
 inline std::string read_whole_file(const std::filesystem::path& p) {
+  if (std::error_code ec; std::filesystem::is_directory(p, ec)) throw file_error(p.string(), "is a directory, not a file");
   std::ifstream f(p, std::ios::binary);
   if (!f) throw file_error(p.string(), "cannot open file");
   std::string s{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
