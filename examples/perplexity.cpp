@@ -22,7 +22,9 @@ static const char* usage =
     "  -b N             tokens per forward call (default: the whole chunk; changes the result only by\n"
     "                   rounding: kernels are chosen by the number of tokens in a call)\n"
     "  --chunks N       score at most N chunks (default: all)\n"
-    "  -t N             threads (default: all)\n";
+    "  -t N             threads (default: all)\n"
+    "  --mmap / --no-mmap  weights read in place / copied into huge pages (default: copied while fast)\n"
+    "  (-p, -n and the sampling flags of kestrel-generate are accepted and have no effect here)\n";
 
 int main(int argc, char** argv) {
   std::string text_file;
@@ -52,7 +54,7 @@ int main(int argc, char** argv) {
     if (tokens.size() < n_ctx)  // before the model's KV cache is allocated
       kestrel::cli::die("the text has " + std::to_string(tokens.size()) + " tokens, fewer than one chunk of -c " +
                         std::to_string(n_ctx) + "; give a longer text or a smaller -c");
-    kestrel::llama_model<> model(file.weights, n_ctx, kestrel::cpu_backend(static_cast<std::size_t>(opt.n_threads)));
+    kestrel::llama_model<> model(file.weights, n_ctx, kestrel::cpu_backend(static_cast<std::size_t>(opt.n_threads), opt.placement));
     kestrel::perplexity_options po;
     po.n_ctx = n_ctx;
     po.n_batch = static_cast<std::size_t>(n_batch);

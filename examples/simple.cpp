@@ -11,7 +11,12 @@
 #include <kestrel/kestrel.hpp>
 
 int main(int argc, char** argv) try {
-  if (argc < 2) {
+  const std::string_view first = argc > 1 ? argv[1] : "";
+  if (first == "-h" || first == "--help") {
+    std::printf("usage: kestrel-simple MODEL.gguf [prompt]\n");
+    return 0;
+  }
+  if (argc < 2 || argc > 3) {
     std::fprintf(stderr, "usage: kestrel-simple MODEL.gguf [prompt]\n");
     return 1;
   }

@@ -11,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <span>
 #include <string>
@@ -28,6 +29,8 @@ inline spm_vocab parse_llama2c_tokenizer(std::span<const std::byte> bytes, const
                                          std::size_t n_vocab) {
   if (n_vocab < 3)
     throw file_error(path, "n_vocab " + std::to_string(n_vocab) + " is too small: ids 0, 1, 2 are unk, bos, eos");
+  if (bytes.size() >= 4 && std::memcmp(bytes.data(), "GGUF", 4) == 0)
+    throw file_error(path, 0, "a GGUF file, not a llama2.c tokenizer.bin");
   byte_reader in(bytes, path);
   const auto max_len = in.read<std::int32_t>("max_token_length");
   // Real files declare 7 (tok512) to 27 (Llama 2); a length beyond 64 KiB
@@ -38,8 +41,9 @@ inline spm_vocab parse_llama2c_tokenizer(std::span<const std::byte> bytes, const
   // hold before reserving memory for it.
   if (n_vocab > in.remaining() / 8)
     throw file_error(path, in.offset(),
-                     "truncated: " + std::to_string(n_vocab) + " tokens need at least " +
-                         std::to_string(n_vocab * 8) + " bytes, " + std::to_string(in.remaining()) + " left");
+                     "truncated, or a smaller vocabulary than the model's: the model's " + std::to_string(n_vocab) +
+                         " tokens need at least " + std::to_string(n_vocab * 8) + " bytes, " +
+                         std::to_string(in.remaining()) + " left");
   spm_vocab v;
   v.pieces.reserve(n_vocab);
   v.scores.reserve(n_vocab);
