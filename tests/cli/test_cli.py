@@ -76,6 +76,9 @@ bad = [
     (["-m", "/nonexistent/model.gguf"], b"cannot open"),
     (["-m", fixtures], b"a Hugging Face model directory needs config.json"),  # a directory is read as an HF model
     (["-m", fx("llamacpp-vocab/ggml-vocab-llama-spm.gguf.inp")], b"not a GGUF file"),
+    (["-m", fx("llama2c/stories260K.bin"), "--tokenizer", fx("gguf/stories260K.gguf")], b"not a llama2.c tokenizer.bin"),
+    (["-m", fx("gguf/llama-2-tiny-random.gguf"), "--tokenizer", fx("llama2c/tok512.bin")],
+     b"smaller vocabulary than the model's"),
     ([], b"no model"),
 ]
 for argv, needle in bad:
