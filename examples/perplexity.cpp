@@ -39,6 +39,8 @@ int main(int argc, char** argv) {
   if (n_batch < 0) kestrel::cli::die("-b must be >= 1, got " + std::to_string(n_batch));
   if (n_chunks < 0) kestrel::cli::die("--chunks must be >= 1, got " + std::to_string(n_chunks));
   const std::size_t n_ctx = opt.n_ctx ? static_cast<std::size_t>(opt.n_ctx) : 512;
+  if (n_ctx < 4)  // before the text and the model are read (engine/perplexity.hpp says the same)
+    kestrel::cli::die("-c " + std::to_string(n_ctx) + " is too small for perplexity (at least 4: the second half of each chunk is scored)");
   try {
     if (std::error_code ec; std::filesystem::is_directory(text_file, ec))
       kestrel::cli::die(text_file + ": is a directory, not a text file");

@@ -104,6 +104,7 @@ with open(short, "w") as f:
 fails_with("perplexity: text shorter than one chunk", run([exe["perplexity"], "-m", stories, "-f", short, "-c", "128"]),
            "fewer than one chunk of -c 128")
 fails_with("perplexity: missing text", run([exe["perplexity"], "-m", stories, "-f", os.path.join(tmp, "nope.txt")]), "nope.txt")
+fails_with("perplexity: -c 2", run([exe["perplexity"], "-m", stories, "-f", text, "-c", "2"]), "-c 2 is too small")
 fails_with("perplexity: a directory as the text", run([exe["perplexity"], "-m", stories, "-f", tmp]), "is a directory")
 
 clitest.finish("tools")
