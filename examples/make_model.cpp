@@ -15,6 +15,7 @@
 
 #include "common/cli.hpp"
 #include "kestrel/io/random_gguf.hpp"
+#include "kestrel/tokenizer/any.hpp"
 
 namespace {
 
@@ -83,6 +84,9 @@ int main(int argc, char** argv) {
     kestrel::io::random_arch(p.arch).check(p);
     kestrel::io::random_model_mix(p.type);
     const kestrel::io::gguf_file v{std::filesystem::path(vocab)};
+    // A vocabulary the loaders refuse (bert's WordPiece, ...) would make a
+    // file nothing here can run: refuse it now, with the loader's reason.
+    if (v.has("tokenizer.ggml.tokens")) (void)kestrel::tokenizer_from_gguf(v);
     kestrel::cpu::thread_pool pool(n_threads);
     std::uint64_t total = 0;
     const bool tty = ::isatty(2);  // progress on a terminal only: one line, rewritten

@@ -74,6 +74,10 @@ fails_with("make-model: vocab file without tokenizer metadata",
            run([exe["make-model"], *shape[:-1], novocab, "-o", os.path.join(tmp, "x.gguf")]), "no tokenizer metadata")
 fails_with("make-model: missing vocab file", run([exe["make-model"], *shape[:-1], os.path.join(tmp, "nope.gguf"), "-o", b]),
            "nope.gguf")
+bert = os.path.join(clitest.fixtures_dir(), "llamacpp-vocab", "ggml-vocab-bert-bge.gguf")
+if os.path.exists(bert):
+    fails_with("make-model: a vocabulary the loaders refuse", run([exe["make-model"], *shape[:-1], bert, "-o", b]),
+               "'bert' is not supported")
 fails_with("make-model: unknown type", run([exe["make-model"], *shape, "--type", "q3", "-o", b]), "--type q3")
 check("make-model: no partial file after an error", not os.path.exists(os.path.join(tmp, "x.gguf")))
 own = os.path.join(tmp, "own-vocab.gguf")  # -o naming the --vocab file must not replace it
