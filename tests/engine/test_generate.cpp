@@ -124,6 +124,23 @@ TEST_CASE("an empty prompt is an error") {
   CHECK_THROWS_AS(run(m, 10, {}), invalid_argument);
 }
 
+TEST_CASE("a tokenizer smaller than the model's vocabulary is an error before any text") {
+  struct wide_model : scripted_model {
+    using scripted_model::scripted_model;
+    std::size_t n_vocab() const { return 7; }  // the tiny tokenizer has 6
+  };
+  wide_model m({3, 4});
+  const auto tok = tiny_tokenizer();
+  greedy_sampler greedy;
+  std::string text;
+  const std::vector<token_id> prompt{1};
+  CHECK_THROWS_WITH_AS(generate(m, greedy, tok, prompt, 4, [&](std::string_view s) { text += s; }),
+                       doctest::Contains("the tokenizer has 6 tokens, fewer than the model's vocabulary of 7"),
+                       invalid_argument);
+  CHECK(text.empty());
+  CHECK(m.calls == 0);
+}
+
 TEST_CASE("stop tokens end the text; feed_last runs the last emitted token through the model") {
   const auto tok = tiny_tokenizer();
   greedy_sampler greedy;

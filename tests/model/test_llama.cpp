@@ -732,6 +732,13 @@ TEST_CASE("impossible requests are clear errors") {
   CHECK_THROWS_AS(model.prefill(std::vector<token_id>{}), invalid_argument);
   model.prefill(some_tokens(8, 512));
   CHECK_THROWS_WITH_AS(model.decode(3), doctest::Contains("exceed the context length of 8"), invalid_argument);
+  // A KV cache larger than the machine's memory, refused before it is allocated.
+  CHECK_THROWS_WITH_AS(llama_model<>(f->weights, std::size_t{1} << 40, cpu_backend(1)),
+                       doctest::Contains("KV cache, more than the"), invalid_argument);
+  // A moved-from model is a clear error, not a null dereference.
+  llama_model<> taker(std::move(model));
+  CHECK_THROWS_WITH_AS(model.decode(1), doctest::Contains("used after it was moved from"), invalid_argument);
+  CHECK(taker.n_past() == 8);
 }
 
 TEST_CASE("files that are not llama models are clear errors") {

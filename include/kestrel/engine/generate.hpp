@@ -8,8 +8,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <concepts>
 #include <cstddef>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -67,6 +69,11 @@ generation_stats generate(M& model, S& sampler, const T& tok, std::span<const to
   using clock = std::chrono::steady_clock;
   auto ms = [](clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
   if (prompt.empty()) throw invalid_argument("generate: empty prompt (it needs at least BOS)");
+  if constexpr (requires { { model.n_vocab() } -> std::convertible_to<std::size_t>; }) {
+    if (tok.n_vocab() < model.n_vocab())  // a sampled id past the tokenizer would fail mid-text
+      throw invalid_argument("generate: the tokenizer has " + std::to_string(tok.n_vocab()) +
+                             " tokens, fewer than the model's vocabulary of " + std::to_string(model.n_vocab()));
+  }
   generation_stats st;
   st.n_prompt = prompt.size();
   // The first generated piece loses its dummy-prefix space only when it

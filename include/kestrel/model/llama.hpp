@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <cstring>
 #include <span>
 #include <string>
@@ -32,6 +33,7 @@
 
 #include "kestrel/core/buffer.hpp"
 #include "kestrel/core/error.hpp"
+#include "kestrel/core/mmap.hpp"
 #include "kestrel/core/token.hpp"
 #include "kestrel/kv/concepts.hpp"
 #include "kestrel/kv/contiguous.hpp"
@@ -68,12 +70,8 @@ class llama_model {
         cfg_(Config::from(w_.hparams, w_.source)),
         hp_(w_.hparams),
         backend_(std::move(backend)),
-        n_ctx_(n_ctx ? n_ctx : std::min(hp_.n_ctx_train, default_max_ctx)),
+        n_ctx_(checked_ctx(n_ctx)),
         cache_(hp_.n_layer, n_ctx_, hp_.kv_dim(), cfg_.n_head_kv()) {
-    if (hp_.positions == position_type::learned && n_ctx_ > hp_.n_ctx_train)
-      throw invalid_argument(w_.source + ": context " + std::to_string(n_ctx_) + " exceeds the " +
-                             std::to_string(hp_.n_ctx_train) + " learned positions of this " + name_of(hp_.arch) +
-                             " model");
     rope_ = cpu::rope_spec{hp_.n_rot, hp_.rope_theta, hp_.rope_mode, hp_.rope_freq_scale, w_.rope_freqs};
     grow_scratch(1);  // decode's scratch: decode allocates nothing
     scores_ = aligned_buffer<float>(blocks_in_decode() ? cfg_.n_head_kv() * decode_parts() * decode_block_scratch()
@@ -158,7 +156,31 @@ class llama_model {
     b.matmul_swiglu(w, w, x, std::size_t{1}, y, y);
   };
 
+  /// The context `n_ctx` asks for (0: the default), checked before the KV
+  /// cache is allocated: learned positions have no row past the training
+  /// context, and a cache larger than the machine's memory would fail in
+  /// the allocator as std::bad_alloc, or be killed by the OS as it is
+  /// zeroed where memory is overcommitted.
+  std::size_t checked_ctx(std::size_t n_ctx) const {
+    const std::size_t n = n_ctx ? n_ctx : std::min(hp_.n_ctx_train, default_max_ctx);
+    if (hp_.positions == position_type::learned && n > hp_.n_ctx_train)
+      throw invalid_argument(w_.source + ": context " + std::to_string(n) + " exceeds the " +
+                             std::to_string(hp_.n_ctx_train) + " learned positions of this " + name_of(hp_.arch) +
+                             " model");
+    const double kv_bytes = 2.0 * static_cast<double>(hp_.n_layer) * static_cast<double>(n) *
+                            static_cast<double>(hp_.kv_dim()) * sizeof(kv_element);
+    if (const std::size_t mem = physical_memory_bytes(); mem != 0 && kv_bytes > static_cast<double>(mem)) {
+      char what[160];
+      std::snprintf(what, sizeof what, ": a context of %zu tokens needs a %.1f GiB KV cache, more than the %.1f GiB of memory here",
+                    n, kv_bytes / (1u << 30), static_cast<double>(mem) / (1u << 30));
+      throw invalid_argument(w_.source + what);
+    }
+    return n;
+  }
+
   void check_tokens(std::span<const token_id> tokens) const {
+    if (logits_.data() == nullptr)  // everything moved out (the cache, the backend's pool, the buffers)
+      throw invalid_argument("llama_model: used after it was moved from");
     for (token_id t : tokens)
       if (t < 0 || static_cast<std::size_t>(t) >= n_vocab())
         throw invalid_argument("token id " + std::to_string(t) + " is outside the vocabulary of " +
@@ -167,7 +189,7 @@ class llama_model {
       throw invalid_argument(std::to_string(cache_.size() + tokens.size()) + " tokens (" + std::to_string(cache_.size()) +
                              " already in the cache + " + std::to_string(tokens.size()) +
                              " new) exceed the context length of " + std::to_string(n_ctx_) +
-                             " (raise -c or shorten the prompt)");
+                             " (a larger n_ctx for the model, -c in the programs, or a shorter prompt)");
   }
 
   // ---- parts -------------------------------------------------------------
