@@ -121,17 +121,17 @@ class mapped_file {
   std::size_t size_ = 0;
 };
 
-/// Drops the whole pages inside [p, p + n) of a read-only private file
-/// mapping from this process's memory (madvise MADV_DONTNEED): the next
-/// access reads them back from the file, so nothing is lost. Only for such a
-/// mapping: on anonymous memory it would zero the pages. Used once the bytes
-/// have been copied where they are read from.
 /// The machine's physical memory in bytes (sysconf), or 0 where unknown.
 inline std::size_t physical_memory_bytes() noexcept {
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page) : 0;
 }
 
+/// Drops the whole pages inside [p, p + n) of a read-only private file
+/// mapping from this process's memory (madvise MADV_DONTNEED): the next
+/// access reads them back from the file, so nothing is lost. Only for such a
+/// mapping: on anonymous memory it would zero the pages. Used once the bytes
+/// have been copied where they are read from.
 inline void release_pages(const void* p, std::size_t n) noexcept {
   const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
   const auto lo = (reinterpret_cast<std::uintptr_t>(p) + page - 1) / page * page;
