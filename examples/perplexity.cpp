@@ -5,9 +5,6 @@
 //   kestrel-perplexity -m model.gguf -f wiki.test.raw -c 512
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 
 #include "common/cli.hpp"
@@ -42,11 +39,7 @@ int main(int argc, char** argv) {
   if (n_ctx < 4)  // before the text and the model are read (engine/perplexity.hpp says the same)
     kestrel::cli::die("-c " + std::to_string(n_ctx) + " is too small for perplexity (at least 4: the second half of each chunk is scored)");
   try {
-    if (std::error_code ec; std::filesystem::is_directory(text_file, ec))
-      kestrel::cli::die(text_file + ": is a directory, not a text file");
-    std::ifstream f(text_file, std::ios::binary);
-    if (!f) kestrel::cli::die(text_file + ": cannot open the text file");
-    const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+    const std::string text = kestrel::io::read_whole_file(text_file);
 
     auto file = kestrel::load_model_file(opt.model, kestrel::cli::tokenizer_path(opt));
     const auto& tok = file.tokenizer;

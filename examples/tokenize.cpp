@@ -9,8 +9,6 @@
 // kestrel::tokenizer_from_gguf picks the family (SentencePiece or byte-level
 // BPE) from the file; kestrel::any_tokenizer does the rest.
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <sstream>
@@ -153,11 +151,7 @@ int main(int argc, char** argv) {
     if (o.prompt) {
       text = o.escape ? process_escapes(*o.prompt) : *o.prompt;
     } else if (o.file) {
-      if (std::error_code ec; std::filesystem::is_directory(*o.file, ec)) kestrel::cli::die(*o.file + ": is a directory, not a file");
-      std::ifstream in(*o.file, std::ios::binary);
-      if (!in) kestrel::cli::die("cannot open " + *o.file);
-      text.assign(std::istreambuf_iterator<char>(in), {});
-      if (in.bad()) kestrel::cli::die(*o.file + ": read error");
+      text = kestrel::io::read_whole_file(*o.file);
     } else {
       text.assign(std::istreambuf_iterator<char>(std::cin), {});
       if (std::cin.bad()) kestrel::cli::die("standard input: read error");

@@ -60,6 +60,16 @@ inline std::uint64_t tensor_bytes(ggml_type type, std::span<const std::uint64_t>
   return n / bs * type_size_of(type);
 }
 
+/// Throws invalid_argument when `out` is the file `in` (what a tool reads
+/// while it writes `out`; the writer's rename at the end would replace
+/// it). `what` names `in` in the message: "input", "vocabulary".
+inline void refuse_to_overwrite(const std::filesystem::path& in, const std::filesystem::path& out, std::string_view what) {
+  std::error_code ec;
+  if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(in, out, ec))
+    throw invalid_argument("the output file " + out.string() + " is the " + std::string(what) +
+                           " file; write to a new file");
+}
+
 class gguf_stream_writer {
  public:
   /// Opens `path`, writes the header (the metadata of `meta`, which must

@@ -368,17 +368,23 @@ inline json_value parse_json(std::string_view text, std::string path = {},
   return json_parser(text, std::move(path), max_depth).parse();
 }
 
-/// Reads and parses the file at `path`. A missing or unreadable file is a
-/// file_error too.
-inline json_value read_json_file(const std::filesystem::path& path, std::size_t max_depth = json_default_max_depth) {
-  // (A directory opens as a stream and then fails to read with a message
-  // that names no file.)
+/// The bytes of the file at `path` (a text file: JSON, merges, a text to
+/// tokenize). A missing, unreadable or directory path is a file_error
+/// naming it (a directory opens as a stream and then fails to read with a
+/// message that names no file).
+inline std::string read_whole_file(const std::filesystem::path& path) {
   if (std::error_code ec; std::filesystem::is_directory(path, ec)) throw file_error(path.string(), "is a directory, not a file");
   std::ifstream f(path, std::ios::binary);
   if (!f) throw file_error(path.string(), "cannot open file");
-  const std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+  std::string text{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
   if (f.bad()) throw file_error(path.string(), "read error");
-  return parse_json(text, path.string(), max_depth);
+  return text;
+}
+
+/// Reads and parses the file at `path`. A missing or unreadable file is a
+/// file_error too.
+inline json_value read_json_file(const std::filesystem::path& path, std::size_t max_depth = json_default_max_depth) {
+  return parse_json(read_whole_file(path), path.string(), max_depth);
 }
 
 }  // namespace kestrel::io

@@ -307,11 +307,7 @@ void write_random_model(const random_model_params& p, const gguf_file& vocab, co
   const auto& arch = random_arch(p.arch);
   arch.check(p);
   quant::mix_params mix = random_model_mix(p.type);
-  {
-    std::error_code ec;
-    if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(vocab.path(), out, ec))
-      throw invalid_argument("the output file " + out.string() + " is the vocabulary file; write to a new file");
-  }
+  refuse_to_overwrite(vocab.path(), out, "vocabulary");
   if (!vocab.has("tokenizer.ggml.tokens") || vocab.type_of("tokenizer.ggml.tokens") != gguf_type::array)
     throw file_error(vocab.path(), "no tokenizer metadata (tokenizer.ggml.tokens is missing): --vocab needs a GGUF "
                                    "file with a vocabulary, such as llama.cpp's models/ggml-vocab-*.gguf");

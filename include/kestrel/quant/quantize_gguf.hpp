@@ -113,11 +113,7 @@ inline std::vector<io::ggml_type> plan_types(const io::gguf_file& f, const quant
 template <class OnTensor = void (*)(const quantize_tensor_event&)>
 quantize_report quantize_gguf(const io::gguf_file& in, const std::filesystem::path& out, const quantize_options& o,
                               cpu::thread_pool* pool, OnTensor&& on_tensor = nullptr) {
-  {
-    std::error_code ec;
-    if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(in.path(), out, ec))
-      throw invalid_argument("the output file " + out.string() + " is the input file; write to a new file");
-  }
+  io::refuse_to_overwrite(in.path(), out, "input");
   const auto types = plan_types(in, o);
   const mix_params p = mix_params_of(in, o);
 

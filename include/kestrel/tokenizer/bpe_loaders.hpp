@@ -12,8 +12,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -28,15 +26,6 @@
 namespace kestrel {
 
 namespace detail {
-
-inline std::string read_whole_file(const std::filesystem::path& p) {
-  if (std::error_code ec; std::filesystem::is_directory(p, ec)) throw file_error(p.string(), "is a directory, not a file");
-  std::ifstream f(p, std::ios::binary);
-  if (!f) throw file_error(p.string(), "cannot open file");
-  std::string s{std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
-  if (f.bad()) throw file_error(p.string(), "read error");
-  return s;
-}
 
 /// Splits a merge "a b" at its first space after the first character (a
 /// token may itself begin with a space in vocabularies that are not
@@ -321,7 +310,7 @@ inline bpe_vocab load_bpe_hf_json(const std::filesystem::path& path) {
 /// The merges of a vocab.bpe / merges.txt: an optional "#version" first line,
 /// then one "a b" per line; blank lines are skipped.
 inline std::vector<std::pair<std::string, std::string>> read_bpe_merges(const std::filesystem::path& path) {
-  const std::string text = detail::read_whole_file(path);
+  const std::string text = io::read_whole_file(path);
   std::vector<std::pair<std::string, std::string>> merges;
   merges.reserve(text.size() / 8);
   detail::for_each_line(text, [&](std::string_view line, std::size_t at, std::size_t line_no) {
@@ -419,7 +408,7 @@ inline bool base64_decode(std::string_view s, std::string& out) {
 /// the pre-tokenizer's GGUF name: cl100k_base's regex is Llama 3's
 /// ("llama-bpe"); r50k/p50k use GPT-2's ("gpt-2").
 inline bpe_vocab load_bpe_tiktoken(const std::filesystem::path& path, std::string pre = "llama-bpe") {
-  const std::string text = detail::read_whole_file(path);
+  const std::string text = io::read_whole_file(path);
   const std::string p = path.string();
   bpe_vocab v;
   std::vector<bool> have;
