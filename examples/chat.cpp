@@ -86,6 +86,22 @@ bool reply(const kestrel::cli::options& opt, const chat_setup& chat, Sampler& sa
   return st.stop != kestrel::stop_reason::context_full;
 }
 
+/// Makes `input` fit the context: when the conversation so far leaves it no
+/// room, the model starts over and `restart()` gives the turn's input
+/// without the history. Returns false, with a message, when even that
+/// input leaves no room for a reply.
+template <class Model, class Restart>
+bool fit_context(Model& model, std::vector<kestrel::token_id>& input, Restart restart) {
+  if (model.n_past() + input.size() < model.n_ctx()) return true;
+  if (model.n_past() > 0) std::fprintf(stderr, "[context full: starting a new conversation]\n");
+  model.reset();
+  input = restart();
+  if (input.size() < model.n_ctx()) return true;
+  std::fprintf(stderr, "error: the line is %zu tokens: a context of %zu leaves no room for a reply (raise -c)\n",
+               input.size(), model.n_ctx());
+  return false;
+}
+
 template <class Sampler, class Tok, class Model>
 void run_templated(const kestrel::cli::options& opt, const chat_setup& chat, Sampler& sampler, const Tok& tok,
                    Model& model) {
@@ -111,18 +127,14 @@ void run_templated(const kestrel::cli::options& opt, const chat_setup& chat, Sam
       model.reset();  // history no longer a prefix (e.g. a template that trims replies): start over
       input = tokens_of(formatted, true);
     }
-    if (model.n_past() + input.size() >= model.n_ctx()) {
-      if (model.n_past() > 0) std::fprintf(stderr, "[context full: starting a new conversation]\n");
-      model.reset();
+    const bool fits = fit_context(model, input, [&] {
       msgs = {msgs.back()};
       formatted = kestrel::apply_chat_template(chat.kind, msgs, true, chat.text);
-      input = tokens_of(formatted, true);
-      if (input.size() >= model.n_ctx()) {
-        std::fprintf(stderr, "error: the line is %zu tokens: a context of %zu leaves no room for a reply (raise -c)\n", input.size(),
-                     model.n_ctx());
-        msgs.clear();
-        continue;
-      }
+      return tokens_of(formatted, true);
+    });
+    if (!fits) {
+      msgs.clear();
+      continue;
     }
     std::string text;
     const bool in_cache = reply(opt, chat, sampler, tok, model, input, text);
@@ -172,16 +184,7 @@ int main(int argc, char** argv) {
         return input;
       };
       auto input = turn();
-      if (model.n_past() + input.size() >= model.n_ctx()) {
-        if (model.n_past() > 0) std::fprintf(stderr, "[context full: starting a new conversation]\n");
-        model.reset();
-        input = turn();
-        if (input.size() >= model.n_ctx()) {
-          std::fprintf(stderr, "error: the line is %zu tokens: a context of %zu leaves no room for a reply (raise -c)\n", input.size(),
-                       model.n_ctx());
-          continue;
-        }
-      }
+      if (!fit_context(model, input, turn)) continue;
       const auto st = kestrel::generate(model, sampler, tok, input, static_cast<std::size_t>(opt.n_predict),
                                         kestrel::cli::write_stdout, &pending);
       std::fprintf(stderr, "\n[%zu tokens, TTFT %.1f ms, %.1f tokens/s]", st.n_generated, st.ttft_ms,

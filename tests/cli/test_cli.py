@@ -106,6 +106,17 @@ t = run([tokenize, "-m", fx("gguf/stories260K.gguf"), "--no-bos", "--show-count"
 suffix = re.search(rb"Total number of tokens: (\d+)", t.stdout)
 check("chat template: the second turn prefills only the new suffix", len(prefilled) == 2 and suffix is not None
       and prefilled[1] == int(suffix.group(1)), f"prefilled={prefilled} tokenize={t.stdout[-60:]!r}")
+# A full context starts a new conversation; a line that alone leaves no room
+# for a reply is refused and the chat goes on (plain and templated turns).
+long_line = b" ".join([b"the little dog ran"] * 12) + b"\n"
+# (chatml's markup is ~40 tokens a turn in this tiny vocabulary.)
+for ctx, extra in (("40", []), ("100", ["--chat-template", "chatml"])):
+    r = run([chat, "-m", fx("gguf/stories260K.gguf"), "-c", ctx, "-n", "30", "--temp", "0", "-t", "1", *extra],
+            stdin=b"Once upon a time\nThe dog\nThe cat\n" + long_line + b"A bird\n")
+    check(f"chat -c {ctx} {' '.join(extra)}: context full starts over, a too long line is refused",
+          r.returncode == 0 and b"[context full: starting a new conversation]" in r.stderr
+          and b"leaves no room for a reply" in r.stderr and r.stderr.count(b"tokens, TTFT") == 4,
+          f"rc={r.returncode} stderr={r.stderr[-600:]!r}")
 r = run([chat, "-m", fx("gguf/stories260K.gguf"), "--chat-template", "nonsense"], stdin=b"")
 check("chat: unknown --chat-template is an error", r.returncode == 1 and b"chatml" in r.stderr, f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
 
