@@ -27,6 +27,7 @@ static const char* usage =
     "  --chat-template NAME  format turns as NAME (chatml, llama2, llama3, mistral, phi3, gemma,\n"
     "                   zephyr) instead of the model's tokenizer.chat_template\n"
     "  --temp T --top-k K --top-p P --min-p P --seed S -t N -c N --mmap --no-mmap\n"
+    "  --repeat-penalty R --repeat-last-n N --frequency-penalty F --presence-penalty P\n"
     "                   as in kestrel-generate\n";
 
 namespace {

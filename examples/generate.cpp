@@ -16,6 +16,8 @@ static const char* usage =
     "  --temp T         temperature, 0 = greedy (default 0.8)\n"
     "  --top-k K        (default 40, 0 = off)   --top-p P (default 0.95, 1 = off)\n"
     "  --min-p P        (default 0.05, 0 = off) --seed S (default random, printed)\n"
+    "  --repeat-penalty R (default 1.0 = off)   --repeat-last-n N tokens it looks back (default 64, 0 = off, -1 = context)\n"
+    "  --frequency-penalty F, --presence-penalty P (default 0 = off)\n"
     "  -t N             threads (default: all)  -c N context length (default: the model's, at most 4096)\n"
     "  --mmap           read the weights in place from the file mapping\n"
     "  --no-mmap        copy them into huge pages (faster decode where the copy is fast, a longer load)\n"

@@ -29,6 +29,10 @@ struct options {
   std::int32_t top_k = 40;             // --top-k
   float top_p = 0.95f;                 // --top-p
   float min_p = 0.05f;                 // --min-p
+  std::int32_t repeat_last_n = 64;     // --repeat-last-n (0: off, -1: the context size)
+  float repeat_penalty = 1.0f;         // --repeat-penalty (1: off)
+  float frequency_penalty = 0.0f;      // --frequency-penalty (0: off)
+  float presence_penalty = 0.0f;       // --presence-penalty (0: off)
   long long seed = -1;                 // --seed (-1: random, printed to stderr)
   long n_threads = 0;                  // -t (0: all hardware threads)
   long n_ctx = 0;                      // -c (0: the model's training context)
@@ -79,6 +83,10 @@ inline options parse(int argc, char** argv, const char* usage,
     else if (a == "--top-k") o.top_k = parse_number<std::int32_t>(a, value());
     else if (a == "--top-p") o.top_p = parse_number<float>(a, value());
     else if (a == "--min-p") o.min_p = parse_number<float>(a, value());
+    else if (a == "--repeat-last-n") o.repeat_last_n = parse_number<std::int32_t>(a, value());
+    else if (a == "--repeat-penalty") o.repeat_penalty = parse_number<float>(a, value());
+    else if (a == "--frequency-penalty") o.frequency_penalty = parse_number<float>(a, value());
+    else if (a == "--presence-penalty") o.presence_penalty = parse_number<float>(a, value());
     else if (a == "-s" || a == "--seed") o.seed = parse_number<long long>(a, value());
     else if (a == "-t" || a == "--threads") o.n_threads = parse_number<long>(a, value());
     else if (a == "-c" || a == "--ctx-size") o.n_ctx = parse_number<long>(a, value());
@@ -95,11 +103,16 @@ inline options parse(int argc, char** argv, const char* usage,
   if (o.n_predict < 0) die("-n must be >= 0, got " + std::to_string(o.n_predict));
   if (o.n_threads < 0) die("-t must be >= 1, got " + std::to_string(o.n_threads));
   if (o.n_ctx < 0) die("-c must be >= 0, got " + std::to_string(o.n_ctx));
+  if (o.repeat_last_n < -1)
+    die("--repeat-last-n must be >= -1 (0: off, -1: the context size), got " + std::to_string(o.repeat_last_n));
   if (o.n_threads == 0) o.n_threads = std::max(1u, std::thread::hardware_concurrency());
   return o;
 }
 
-inline sampler_params sampling(options& o) {
+/// The sampler's parameters from the flags; `n_ctx` resolves
+/// --repeat-last-n -1 (0 until the model is made: the flags are checked
+/// first, the window set after).
+inline sampler_params sampling(options& o, std::size_t n_ctx = 0) {
   if (o.seed < 0) {
     o.seed = static_cast<long long>(std::random_device{}() & 0x7fffffff);
     std::fprintf(stderr, "seed: %lld\n", o.seed);
@@ -109,6 +122,10 @@ inline sampler_params sampling(options& o) {
   p.top_k = o.top_k;
   p.top_p = o.top_p;
   p.min_p = o.min_p;
+  p.penalty_last_n = o.repeat_last_n >= 0 ? o.repeat_last_n : static_cast<std::int32_t>(n_ctx);
+  p.penalty_repeat = o.repeat_penalty;
+  p.penalty_freq = o.frequency_penalty;
+  p.penalty_present = o.presence_penalty;
   p.seed = static_cast<std::uint64_t>(o.seed);
   validate(p);
   return p;
@@ -128,7 +145,9 @@ struct session {
         file(load_model_file(o.model, tokenizer_path(o))),
         tok(file.tokenizer),
         model(file.weights, static_cast<std::size_t>(o.n_ctx),
-              cpu_backend(static_cast<std::size_t>(o.n_threads), o.placement)) {}
+              cpu_backend(static_cast<std::size_t>(o.n_threads), o.placement)) {
+    if (o.repeat_last_n == -1) sampler = sampler_chain(sampling(o, model.n_ctx()));  // the window: the whole context
+  }
   sampler_chain sampler;
   model_file file;
   const any_tokenizer& tok;  // file.tokenizer

@@ -64,11 +64,36 @@ args = [gen, "-m", fx("gguf/stories260K.gguf"), "-n", "50", "--temp", "0.9", "--
 a, b = run(args), run(args)
 check("same seed, same text", a.returncode == 0 and a.stdout == b.stdout and len(a.stdout) > 20, repr(a.stdout[:100]))
 
+# Repetition penalties, greedy: the text llama.cpp's llama-cli (794fe23) prints
+# for the same flags (`-p "Once upon a time" -n 200 --temp 0 -no-cnv`, its
+# leading space and trailing newlines dropped). Where the winning token leads
+# by 0.005 or more at every step; settings whose steps come closer (0.001)
+# part from llama.cpp at such a near tie, as its f16 KV cache rounds.
+penalized = {
+    ("--presence-penalty", "5"): "Once upon a time, there was a little girl named Lily. She loved to play outside in the park with her friends and daddy would spray on it every day. One day, she saw that behind himself! It had many costumes of another bird's favorite tower in the park with her friends and they played games on it.\nLily was so happy that she went home, but Lily did not want to show his mommy anymore because he had made journey flips and could play with the bird. She put on her nest into twigs, but she was very saf",
+    ("--frequency-penalty", "0.5", "--repeat-last-n", "16"): "Once upon a time, there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big box with a shiny blue ball. She wanted to play with it, but she didn't know what to do.\nLily's mommy said, \"Lily, let's go to the park.\" Lily was sad and didn't know what to do. She said, \"I want to play with your ball, but I can't find it.\"\nLily was sad and didn't know what to do. She said, \"I don't want to play with me.\" Her mommy said, \"I'm sorry, Lily.",
+}
+for flags, text in penalized.items():
+    r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-p", "Once upon a time", "-n", "200", "--temp", "0", "-t", "2", *flags])
+    out = r.stdout.decode().rstrip("\n")
+    check(f"greedy 200 with {' '.join(flags)}: llama.cpp's text", r.returncode == 0 and out == text,
+          f"rc={r.returncode} stdout={out[:160]!r} stderr={r.stderr[-300:]!r}")
+
+# --repeat-last-n -1 looks back over the whole context (set once the model is made).
+r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "200", "--temp", "0", "-t", "2", "--repeat-last-n", "-1",
+         "--repeat-penalty", "1.5"])
+check("--repeat-last-n -1: the whole context", r.returncode == 0 and len(r.stdout) > 100
+      and r.stdout.decode() != expected["test_all_greedy_200"], f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
+
 # Mistakes are clear errors with exit status 1, never crashes.
 bad = [
     (["-m", fx("gguf/stories260K.gguf"), "--temp", "-1"], b"temperature"),
     (["-m", fx("gguf/stories260K.gguf"), "--top-p", "1.5"], b"top_p"),
     (["-m", fx("gguf/stories260K.gguf"), "--top-k", "-3"], b"top_k"),
+    (["-m", fx("gguf/stories260K.gguf"), "--repeat-penalty", "0"], b"penalty_repeat = 0"),
+    (["-m", fx("gguf/stories260K.gguf"), "--repeat-last-n", "-2"], b"--repeat-last-n must be >= -1"),
+    (["-m", fx("gguf/stories260K.gguf"), "--presence-penalty", "inf"], b"penalty_present = inf"),
+    (["-m", fx("gguf/stories260K.gguf"), "--frequency-penalty", "x"], b"not a valid number"),
     (["-m", fx("gguf/stories260K.gguf"), "-n", "abc"], b"not a valid number"),
     (["-m", fx("gguf/stories260K.gguf"), "--bogus"], b"unknown argument"),
     (["-m", fx("gguf/stories260K.gguf"), "-c", "4", "-p", prompt], b"longer than the context length of 4"),

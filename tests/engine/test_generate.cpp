@@ -169,3 +169,33 @@ TEST_CASE("stop tokens end the text; feed_last runs the last emitted token throu
     CHECK(m.n_past() == 3);
   }
 }
+
+TEST_CASE("the sampler's accept() sees the prompt and each token fed to the model, as the KV cache holds them") {
+  /// Greedy, recording what accept() is given.
+  struct recording_sampler {
+    std::vector<token_id> accepted;
+    token_id sample(std::span<float> logits) { return greedy_sampler{}.sample(logits); }
+    void accept(token_id t) { accepted.push_back(t); }
+  };
+  static_assert(AcceptingSampler<recording_sampler>);
+  const auto tok = tiny_tokenizer();
+  const std::vector<token_id> prompt{1, 3};
+  for (const bool feed_last : {false, true}) {
+    scripted_model m({4, 3, 5, 4});
+    recording_sampler s;
+    generation_options g;
+    g.n_predict = 3;
+    g.feed_last = feed_last;
+    generate(m, s, tok, prompt, g, [](std::string_view) {});
+    std::vector<token_id> in_cache = prompt;
+    in_cache.insert(in_cache.end(), m.decoded.begin(), m.decoded.end());
+    CHECK(s.accepted == in_cache);
+    CHECK(s.accepted.size() == m.n_past());
+  }
+  {  // a stop token is neither fed nor accepted
+    scripted_model m({3, 2});
+    recording_sampler s;
+    generate(m, s, tok, prompt, 8, [](std::string_view) {});
+    CHECK(s.accepted == std::vector<token_id>{1, 3, 3});
+  }
+}

@@ -32,7 +32,7 @@ static_assert(Sampler<greedy_sampler>);
 static_assert(Sampler<sampler_chain>);
 static_assert(Sampler<llama2c_sampler>);
 static_assert(ResettableSampler<sampler_chain> && ResettableSampler<llama2c_sampler>);
-static_assert(!AcceptingSampler<sampler_chain>);
+static_assert(AcceptingSampler<sampler_chain>);  // its penalties keep a history
 static_assert(Sampler<takes_const_span>);
 static_assert(AcceptingSampler<with_history> && !ResettableSampler<with_history>);
 

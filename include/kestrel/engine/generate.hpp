@@ -62,7 +62,10 @@ struct generation_options {
 /// (a new document: llama2.c's rule, which its reference texts depend on), at
 /// any of `opt.stop_tokens`, after n_predict tokens, or when the context is
 /// full. `last_token` receives the last sampled token (no_token when
-/// n_predict is 0: then the prompt is only prefilled).
+/// n_predict is 0: then the prompt is only prefilled). The sampler's
+/// accept() (sampler_accept), where it has one, is given every prompt token
+/// and every sampled token that is fed back to the model: the sequence the
+/// KV cache holds, whose last tokens repetition penalties look at.
 template <GenerativeModel M, Sampler S, Tokenizer T, class OnText>
 generation_stats generate(M& model, S& sampler, const T& tok, std::span<const token_id> prompt,
                           const generation_options& opt, OnText&& on_text, token_id* last_token = nullptr) {
@@ -91,6 +94,9 @@ generation_stats generate(M& model, S& sampler, const T& tok, std::span<const to
            std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), t) != opt.stop_tokens.end();
   };
 
+  // The sampler sees the sequence as the model does (sampler_accept: its
+  // penalties' history): the prompt, then each token fed back.
+  for (const token_id t : prompt) sampler_accept(sampler, t);
   const auto t0 = clock::now();
   if (opt.n_predict == 0) {  // only fill the cache with the prompt
     model.prefill(prompt);
@@ -115,9 +121,13 @@ generation_stats generate(M& model, S& sampler, const T& tok, std::span<const to
       break;
     }
     if (st.n_generated >= opt.n_predict) {
-      if (opt.feed_last) model.decode(next);
+      if (opt.feed_last) {
+        sampler_accept(sampler, next);
+        model.decode(next);
+      }
       break;
     }
+    sampler_accept(sampler, next);
     next = sample(model.decode(next));
     const auto t = clock::now();
     st.decode_ms += ms(t - t_prev);

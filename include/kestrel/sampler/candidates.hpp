@@ -1,6 +1,6 @@
 // kestrel/sampler/candidates.hpp: the working set of a sampling chain, and
-// the filtering steps (top-k, top-p, min-p, temperature) and the final draw
-// that operate on it.
+// the steps (penalties, top-k, top-p, min-p, temperature) and the final
+// draw that operate on it.
 //
 // Steps are small value types with `apply(candidate_set&) const`; they can be
 // composed in any order by hand, and `sampler_chain` (chain.hpp) composes them
@@ -15,6 +15,7 @@
 #include <limits>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "kestrel/core/token.hpp"
@@ -107,6 +108,88 @@ class candidate_set {
 
   std::vector<candidate> data_;  // (<= n_vocab) candidates; capacity reused across calls
   bool sorted_ = false;
+};
+
+/// Repetition, frequency and presence penalties over the last `last_n`
+/// tokens of the sequence (llama.cpp's penalties sampler): a candidate seen
+/// c > 0 times there has its logit divided by `repeat` when positive,
+/// multiplied by it otherwise (so a penalty > 1 always lowers it), then
+/// lowered by c * freq + present. last_n == 0, or repeat == 1 with freq ==
+/// present == 0, disables it. The history is what accept() was given since
+/// construction or reset(), the oldest forgotten past last_n; its storage
+/// is allocated once, at construction.
+class penalties_step {
+ public:
+  explicit penalties_step(std::int32_t last_n = 0, float repeat = 1.0f, float freq = 0.0f, float present = 0.0f,
+                          std::string_view who = "penalties_step")
+      : last_n_(last_n), repeat_(repeat), freq_(freq), present_(present) {
+    if (last_n < 0) detail::throw_param(who, "penalty_last_n", last_n, "must be >= 0; 0 disables the penalties");
+    if (!(repeat > 0.0f && repeat < std::numeric_limits<float>::infinity()))
+      detail::throw_param(who, "penalty_repeat", repeat, "must be finite and > 0; 1 disables it");
+    if (!std::isfinite(freq)) detail::throw_param(who, "penalty_freq", freq, "must be finite; 0 disables it");
+    if (!std::isfinite(present)) detail::throw_param(who, "penalty_present", present, "must be finite; 0 disables it");
+    if (active()) {
+      ring_.resize(static_cast<std::size_t>(last_n));
+      counts_.reserve(static_cast<std::size_t>(last_n));
+    }
+  }
+
+  bool active() const noexcept { return last_n_ > 0 && !(repeat_ == 1.0f && freq_ == 0.0f && present_ == 0.0f); }
+
+  /// Token t joins the history (and the oldest leaves it when full).
+  void accept(token_id t) {
+    if (!active()) return;
+    if (size_ == ring_.size()) {  // full: the oldest leaves, t takes its place
+      const auto it = find(ring_[head_]);
+      if (--it->second == 0) counts_.erase(it);
+      ring_[head_] = t;
+      head_ = (head_ + 1) % ring_.size();
+    } else {
+      ring_[(head_ + size_) % ring_.size()] = t;
+      ++size_;
+    }
+    if (auto it = find(t); it != counts_.end()) ++it->second;
+    else counts_.push_back({t, 1});  // within the capacity reserved: at most last_n distinct
+  }
+
+  void reset() noexcept {
+    head_ = size_ = 0;
+    counts_.clear();
+  }
+
+  /// Penalizes the candidates seen in the history. `c` must still be in id
+  /// order (as candidate_set::assign leaves it): the first step of a chain.
+  void apply(candidate_set& c) const {
+    if (!active() || counts_.empty()) return;
+    const auto items = c.items();
+    for (const auto& [id, n] : counts_) {
+      const auto it = std::lower_bound(items.begin(), items.end(), id,
+                                       [](const candidate& x, token_id v) { return x.id < v; });
+      if (it == items.end() || it->id != id) continue;  // masked (-inf) or out of the vocabulary
+      it->logit = it->logit <= 0.0f ? it->logit * repeat_ : it->logit / repeat_;
+      it->logit -= static_cast<float>(n) * freq_ + present_;
+    }
+    c.mark_unsorted();
+  }
+
+  std::int32_t last_n() const noexcept { return last_n_; }
+  /// How many times t is in the history (for tests and diagnostics).
+  std::int32_t count(token_id t) const noexcept {
+    for (const auto& [id, n] : counts_)
+      if (id == t) return n;
+    return 0;
+  }
+
+ private:
+  std::vector<std::pair<token_id, std::int32_t>>::iterator find(token_id t) {
+    return std::find_if(counts_.begin(), counts_.end(), [t](const auto& e) { return e.first == t; });
+  }
+
+  std::int32_t last_n_;
+  float repeat_, freq_, present_;
+  std::vector<token_id> ring_;  // (last_n) the history, oldest at head_
+  std::size_t head_ = 0, size_ = 0;
+  std::vector<std::pair<token_id, std::int32_t>> counts_;  // (<= last_n) distinct tokens of the history
 };
 
 /// Keeps the k candidates with the largest logits (ties: lowest id).

@@ -1,7 +1,8 @@
 // kestrel/sampler/chain.hpp: the configurable sampler, llama.cpp style:
-// top-k -> top-p -> min-p -> temperature -> draw.
+// penalties -> top-k -> top-p -> min-p -> temperature -> draw.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 
@@ -19,6 +20,15 @@ struct sampler_params {
   std::int32_t top_k = 40;   // >= 0; 0 => disabled
   float top_p = 0.95f;       // in (0, 1]; 1 => disabled
   float min_p = 0.05f;       // in [0, 1]; 0 => disabled
+  /// Repetition penalties over the last penalty_last_n tokens of the sequence
+  /// (the tokens given to accept(): generate() passes the prompt and every
+  /// token it feeds back). llama.cpp's --repeat-last-n, --repeat-penalty,
+  /// --frequency-penalty, --presence-penalty; its -1 ("the context size")
+  /// is the caller's to resolve.
+  std::int32_t penalty_last_n = 64;  // >= 0; 0 => disabled
+  float penalty_repeat = 1.0f;       // finite, > 0; 1 => disabled
+  float penalty_freq = 0.0f;         // finite; 0 => disabled
+  float penalty_present = 0.0f;      // finite; 0 => disabled
   /// Seed of the splitmix64 generator. Unlike llama.cpp (whose default means
   /// "random"), the default is a fixed 0: kestrel never seeds from the clock,
   /// so runs are reproducible unless the caller passes entropy.
@@ -32,20 +42,24 @@ inline void validate(const sampler_params& p) {
   (void)top_k_step(p.top_k, who);
   (void)top_p_step(p.top_p, who);
   (void)min_p_step(p.min_p, who);
+  (void)penalties_step(p.penalty_last_n, p.penalty_repeat, p.penalty_freq, p.penalty_present, who);
 }
 
-/// Top-k, top-p, min-p, temperature, then a draw with a seeded splitmix64:
-/// llama.cpp's default chain order (common/sampling.cpp) without its
-/// penalties, DRY, typical-p and XTC stages. The filters see the untempered
-/// logits, as in llama.cpp; temperature only reshapes the survivors.
+/// Penalties, top-k, top-p, min-p, temperature, then a draw with a seeded
+/// splitmix64: llama.cpp's default chain order (common/sampling.cpp)
+/// without its DRY, typical-p and XTC stages. The filters see the
+/// untempered (penalized) logits, as in llama.cpp; temperature only
+/// reshapes the survivors.
 ///
-/// - temperature == 0: the lowest-index argmax of the raw logits, no random
-///   draw (every filter keeps the argmax, so this equals running them).
+/// - temperature == 0: the lowest-index argmax of the penalized logits, no
+///   random draw (every filter keeps the argmax, so this equals running
+///   them).
 /// - Otherwise exactly one splitmix64 step per call (see dist_step).
 /// - Does not modify `logits`; -inf logits are never drawn.
 /// - Scratch (the candidate vector) is kept: no allocation after the first
 ///   call for a given n_vocab.
-/// - reset() rewinds the generator to the seed.
+/// - accept(t) adds t to the penalties' history; reset() rewinds the
+///   generator to the seed and empties that history.
 class sampler_chain {
  public:
   explicit sampler_chain(const sampler_params& p = {})
@@ -54,12 +68,21 @@ class sampler_chain {
         top_k_(p.top_k, "sampler_params"),
         top_p_(p.top_p, "sampler_params"),
         min_p_(p.min_p, "sampler_params"),
+        penalties_(p.penalty_last_n, p.penalty_repeat, p.penalty_freq, p.penalty_present, "sampler_params"),
         rng_(p.seed) {}
 
   token_id sample(std::span<float> logits) {
     const token_id best = detail::checked_argmax(logits, "sampler_chain");
-    if (params_.temperature == 0.0f) return best;
+    const bool penalize = penalties_.active();
+    if (params_.temperature == 0.0f && !penalize) return best;
     candidates_.assign(logits);
+    penalties_.apply(candidates_);
+    if (params_.temperature == 0.0f) {
+      const auto items = candidates_.items();  // in id order: the first maximum is the lowest id
+      return std::max_element(items.begin(), items.end(),
+                              [](const candidate& a, const candidate& b) { return a.logit < b.logit; })
+          ->id;
+    }
     top_k_.apply(candidates_);
     top_p_.apply(candidates_);
     min_p_.apply(candidates_);
@@ -67,7 +90,12 @@ class sampler_chain {
     return dist_step{}.draw(candidates_, rng_);
   }
 
-  void reset() noexcept { rng_ = splitmix64(params_.seed); }
+  void accept(token_id t) { penalties_.accept(t); }
+
+  void reset() noexcept {
+    rng_ = splitmix64(params_.seed);
+    penalties_.reset();
+  }
 
   const sampler_params& params() const noexcept { return params_; }
   /// The generator, e.g. to checkpoint its state().
@@ -81,11 +109,13 @@ class sampler_chain {
   top_k_step top_k_;
   top_p_step top_p_;
   min_p_step min_p_;
+  penalties_step penalties_;
   splitmix64 rng_;
   candidate_set candidates_;  // (<= n_vocab) scratch
 };
 
 static_assert(Sampler<sampler_chain>);
 static_assert(ResettableSampler<sampler_chain>);
+static_assert(AcceptingSampler<sampler_chain>);
 
 }  // namespace kestrel
