@@ -109,9 +109,9 @@ inline options parse(int argc, char** argv, const char* usage,
   return o;
 }
 
-/// The sampler's parameters from the flags; `n_ctx` resolves
-/// --repeat-last-n -1 (0 until the model is made: the flags are checked
-/// first, the window set after).
+/// The sampler's parameters from the flags; `n_ctx` (0 until the model is
+/// made: the flags are checked first) resolves --repeat-last-n -1 and
+/// bounds the window by the context.
 inline sampler_params sampling(options& o, std::size_t n_ctx = 0) {
   if (o.seed < 0) {
     o.seed = static_cast<long long>(std::random_device{}() & 0x7fffffff);
@@ -122,7 +122,8 @@ inline sampler_params sampling(options& o, std::size_t n_ctx = 0) {
   p.top_k = o.top_k;
   p.top_p = o.top_p;
   p.min_p = o.min_p;
-  p.penalty_last_n = o.repeat_last_n >= 0 ? o.repeat_last_n : static_cast<std::int32_t>(n_ctx);
+  const auto ctx = static_cast<std::int32_t>(std::min<std::size_t>(n_ctx, penalties_step::max_last_n));
+  p.penalty_last_n = o.repeat_last_n < 0 ? ctx : n_ctx > 0 ? std::min(o.repeat_last_n, ctx) : o.repeat_last_n;
   p.penalty_repeat = o.repeat_penalty;
   p.penalty_freq = o.frequency_penalty;
   p.penalty_present = o.presence_penalty;
@@ -146,7 +147,9 @@ struct session {
         tok(file.tokenizer),
         model(file.weights, static_cast<std::size_t>(o.n_ctx),
               cpu_backend(static_cast<std::size_t>(o.n_threads), o.placement)) {
-    if (o.repeat_last_n == -1) sampler = sampler_chain(sampling(o, model.n_ctx()));  // the window: the whole context
+    // The penalties' window: the whole context for -1, and never more.
+    if (o.repeat_last_n < 0 || static_cast<std::size_t>(o.repeat_last_n) > model.n_ctx())
+      sampler = sampler_chain(sampling(o, model.n_ctx()));
   }
   sampler_chain sampler;
   model_file file;

@@ -84,6 +84,10 @@ r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "200", "--temp", "0", "-t
          "--repeat-penalty", "1.5"])
 check("--repeat-last-n -1: the whole context", r.returncode == 0 and len(r.stdout) > 100
       and r.stdout.decode() != expected["test_all_greedy_200"], f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
+r2 = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "200", "--temp", "0", "-t", "2", "--repeat-last-n", "1000000",
+          "--repeat-penalty", "1.5"])
+check("--repeat-last-n beyond the context: the context", r2.returncode == 0 and r2.stdout == r.stdout,
+      f"rc={r2.returncode} stderr={r2.stderr[-300:]!r}")
 
 # Mistakes are clear errors with exit status 1, never crashes.
 bad = [
@@ -92,6 +96,7 @@ bad = [
     (["-m", fx("gguf/stories260K.gguf"), "--top-k", "-3"], b"top_k"),
     (["-m", fx("gguf/stories260K.gguf"), "--repeat-penalty", "0"], b"penalty_repeat = 0"),
     (["-m", fx("gguf/stories260K.gguf"), "--repeat-last-n", "-2"], b"--repeat-last-n must be >= -1"),
+    (["-m", fx("gguf/stories260K.gguf"), "--repeat-last-n", "2000000000", "--repeat-penalty", "1.1"], b"penalty_last_n = 2000000000"),
     (["-m", fx("gguf/stories260K.gguf"), "--presence-penalty", "inf"], b"penalty_present = inf"),
     (["-m", fx("gguf/stories260K.gguf"), "--frequency-penalty", "x"], b"not a valid number"),
     (["-m", fx("gguf/stories260K.gguf"), "-n", "abc"], b"not a valid number"),

@@ -97,6 +97,8 @@ TEST_CASE("penalties: a masked (-inf) or out-of-vocabulary token in the history 
 
 TEST_CASE("penalties: impossible parameters are refused by name") {
   CHECK(invalid_argument_message([] { penalties_step(-1, 1.1f); }).find("penalty_last_n = -1") != std::string::npos);
+  CHECK(invalid_argument_message([] { penalties_step(penalties_step::max_last_n + 1, 1.1f); })
+            .find("penalty_last_n = 16777217 is invalid (must be in [0, 2^24]") != std::string::npos);
   CHECK(invalid_argument_message([] { penalties_step(64, 0.0f); }).find("penalty_repeat = 0") != std::string::npos);
   CHECK(invalid_argument_message([] { penalties_step(64, -1.1f); }).find("penalty_repeat = -1.1") != std::string::npos);
   CHECK(invalid_argument_message([] { penalties_step(64, inf); }).find("penalty_repeat = inf") != std::string::npos);

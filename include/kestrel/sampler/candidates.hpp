@@ -123,7 +123,8 @@ class penalties_step {
   explicit penalties_step(std::int32_t last_n = 0, float repeat = 1.0f, float freq = 0.0f, float present = 0.0f,
                           std::string_view who = "penalties_step")
       : last_n_(last_n), repeat_(repeat), freq_(freq), present_(present) {
-    if (last_n < 0) detail::throw_param(who, "penalty_last_n", last_n, "must be >= 0; 0 disables the penalties");
+    if (last_n < 0 || last_n > max_last_n)
+      detail::throw_param(who, "penalty_last_n", last_n, "must be in [0, 2^24]; 0 disables the penalties");
     if (!(repeat > 0.0f && repeat < std::numeric_limits<float>::infinity()))
       detail::throw_param(who, "penalty_repeat", repeat, "must be finite and > 0; 1 disables it");
     if (!std::isfinite(freq)) detail::throw_param(who, "penalty_freq", freq, "must be finite; 0 disables it");
@@ -133,6 +134,9 @@ class penalties_step {
       counts_.reserve(static_cast<std::size_t>(last_n));
     }
   }
+
+  /// The longest history: 16M tokens (64 MiB of it), beyond any context.
+  static constexpr std::int32_t max_last_n = std::int32_t(1) << 24;
 
   bool active() const noexcept { return last_n_ > 0 && !(repeat_ == 1.0f && freq_ == 0.0f && present_ == 0.0f); }
 

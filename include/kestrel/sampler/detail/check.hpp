@@ -20,7 +20,9 @@ namespace kestrel::detail {
 inline std::string format_number(double v) {
   if (std::isnan(v)) return "nan";
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
+  // Whole numbers (a count such as top_k) in full, not as 2e+09.
+  if (v == std::trunc(v) && std::fabs(v) < 1e15) std::snprintf(buf, sizeof buf, "%.0f", v);
+  else std::snprintf(buf, sizeof buf, "%.9g", v);
   return buf;
 }
 
