@@ -23,7 +23,7 @@ static const char* usage =
     "usage: kestrel-chat -m FILE [options]   (then type; Ctrl-D quits)\n"
     "  -m FILE          model: GGUF, or a llama2.c .bin with --tokenizer\n"
     "  --tokenizer FILE llama2.c tokenizer.bin (required for .bin models)\n"
-    "  -n N             tokens per reply (default 256)\n"
+    "  -n N             tokens per reply (default 256; -1 or -2: until EOS or a full context)\n"
     "  --chat-template NAME  format turns as NAME (chatml, llama2, llama3, mistral, phi3, gemma,\n"
     "                   zephyr) instead of the model's tokenizer.chat_template\n"
     "  --temp T --top-k K --top-p P --min-p P --seed S -t N -c N --mmap --no-mmap\n"
@@ -75,7 +75,7 @@ template <class Sampler, class Tok, class Model>
 bool reply(const kestrel::cli::options& opt, const chat_setup& chat, Sampler& sampler, const Tok& tok, Model& model,
            const std::vector<kestrel::token_id>& input, std::string& text) {
   kestrel::generation_options g;
-  g.n_predict = static_cast<std::size_t>(opt.n_predict);
+  g.n_predict = kestrel::cli::predict_limit(opt);
   g.stop_tokens = chat.ids.end_of_generation;
   g.feed_last = true;
   const auto st = kestrel::generate(model, sampler, tok, input, g, [&](std::string_view piece) {
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
       };
       auto input = turn();
       if (!fit_context(model, input, turn)) continue;
-      const auto st = kestrel::generate(model, sampler, tok, input, static_cast<std::size_t>(opt.n_predict),
+      const auto st = kestrel::generate(model, sampler, tok, input, kestrel::cli::predict_limit(opt),
                                         kestrel::cli::write_stdout, &pending);
       std::fprintf(stderr, "\n[%zu tokens, TTFT %.1f ms, %.1f tokens/s]", st.n_generated, st.ttft_ms,
                    st.decode_tokens_per_s());

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -24,7 +25,7 @@ struct options {
   std::string model;                   // -m
   std::optional<std::string> tokenizer;  // --tokenizer (llama2.c checkpoints)
   std::string prompt;                  // -p
-  long n_predict = 256;                // -n
+  long n_predict = 256;                // -n (-1 or -2: until EOS or a full context)
   float temperature = 0.8f;            // --temp
   std::int32_t top_k = 40;             // --top-k
   float top_p = 0.95f;                 // --top-p
@@ -100,13 +101,21 @@ inline options parse(int argc, char** argv, const char* usage,
     std::fprintf(stderr, "error: no model given (-m FILE)\n");
     help(1);
   }
-  if (o.n_predict < 0) die("-n must be >= 0, got " + std::to_string(o.n_predict));
+  if (o.n_predict < -2)
+    die("-n must be >= 0, or -1 / -2 for no limit but EOS and the context, got " + std::to_string(o.n_predict));
   if (o.n_threads < 0) die("-t must be >= 1, got " + std::to_string(o.n_threads));
   if (o.n_ctx < 0) die("-c must be >= 0, got " + std::to_string(o.n_ctx));
   if (o.repeat_last_n < -1)
     die("--repeat-last-n must be >= -1 (0: off, -1: the context size), got " + std::to_string(o.repeat_last_n));
   if (o.n_threads == 0) o.n_threads = std::max(1u, std::thread::hardware_concurrency());
   return o;
+}
+
+/// The most tokens a reply may have: -n, or no limit for llama.cpp's -1
+/// ("infinity") and -2 ("until the context is filled"); generate() stops at
+/// EOS or a full context either way.
+inline std::size_t predict_limit(const options& o) {
+  return o.n_predict < 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(o.n_predict);
 }
 
 /// The sampler's parameters from the flags; `n_ctx` (0 until the model is

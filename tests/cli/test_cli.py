@@ -89,6 +89,15 @@ r2 = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "200", "--temp", "0", "-
 check("--repeat-last-n beyond the context: the context", r2.returncode == 0 and r2.stdout == r.stdout,
       f"rc={r2.returncode} stderr={r2.stderr[-300:]!r}")
 
+import re
+# -n -1 / -2 (llama.cpp's "no limit"): generation runs until EOS or the context is full.
+r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "-1", "--temp", "0", "-t", "2", "-c", "64"])
+m = re.search(rb"prompt: 1 tokens, generated: (\d+) tokens", r.stderr)
+check("-n -1: until EOS or a full context of 64", r.returncode == 0 and m is not None and 0 < int(m.group(1)) <= 64
+      and expected["test_all_greedy_200"].startswith(r.stdout.decode()), f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
+r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "-3"])
+check("-n -3 is an error", r.returncode == 1 and b"-n must be >= 0, or -1 / -2" in r.stderr, repr(r.stderr[-200:]))
+
 # Mistakes are clear errors with exit status 1, never crashes.
 bad = [
     (["-m", fx("gguf/stories260K.gguf"), "--temp", "-1"], b"temperature"),
