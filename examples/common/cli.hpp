@@ -173,10 +173,13 @@ inline void write_stdout(std::string_view s) {
 }
 
 inline void print_stats(const generation_stats& st) {
+  const char* why = st.stop == stop_reason::end_of_text    ? "end of text"
+                    : st.stop == stop_reason::context_full ? "context full"
+                                                           : "-n reached";
   std::fprintf(stderr,
-               "\n\nprompt: %zu tokens, generated: %zu tokens\n"
+               "\n\nprompt: %zu tokens, generated: %zu tokens (%s)\n"
                "TTFT: %.2f ms | prefill: %.1f tokens/s | decode: %.1f tokens/s | TBT: %.2f ms\n",
-               st.n_prompt, st.n_generated, st.ttft_ms, st.prefill_tokens_per_s(), st.decode_tokens_per_s(),
+               st.n_prompt, st.n_generated, why, st.ttft_ms, st.prefill_tokens_per_s(), st.decode_tokens_per_s(),
                st.tbt_ms());
 }
 

@@ -92,7 +92,7 @@ check("--repeat-last-n beyond the context: the context", r2.returncode == 0 and 
 import re
 # -n -1 / -2 (llama.cpp's "no limit"): generation runs until EOS or the context is full.
 r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "-1", "--temp", "0", "-t", "2", "-c", "64"])
-m = re.search(rb"prompt: 1 tokens, generated: (\d+) tokens", r.stderr)
+m = re.search(rb"prompt: 1 tokens, generated: (\d+) tokens \((end of text|context full)\)", r.stderr)
 check("-n -1: until EOS or a full context of 64", r.returncode == 0 and m is not None and 0 < int(m.group(1)) <= 64
       and expected["test_all_greedy_200"].startswith(r.stdout.decode()), f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
 r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "-3"])
