@@ -37,8 +37,8 @@ TEST_CASE("no allocation per call after warm-up") {
   sampler_chain no_top_k({.temperature = 1.0f, .top_k = 0, .top_p = 0.9f, .min_p = 0.0f, .seed = 1});
   llama2c_sampler l2c(1.0f, 0.9f, 1);
   greedy_sampler greedy;
-  sampler_chain penalized({.temperature = 1.0f, .penalty_last_n = 16, .penalty_repeat = 1.1f,
-                           .penalty_freq = 0.1f, .penalty_present = 0.1f, .seed = 2});
+  sampler_chain penalized({.temperature = 1.0f, .seed = 2, .penalty_last_n = 16, .penalty_repeat = 1.1f,
+                           .penalty_freq = 0.1f, .penalty_present = 0.1f});
   token_id next = 0;
 
   auto run_all = [&] {

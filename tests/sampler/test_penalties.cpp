@@ -136,8 +136,8 @@ TEST_CASE("sampler_chain: greedy takes the argmax of the penalized logits; reset
 
 TEST_CASE("sampler_chain: a token under a huge presence penalty is never drawn; without history it is") {
   const std::vector<float> logits = {0.0f, 0.5f, 1.0f, 0.2f};
-  sampler_params p{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .penalty_last_n = 4,
-                   .penalty_present = 1e30f, .seed = 5};
+  sampler_params p{.temperature = 1.0f, .top_k = 0, .top_p = 1.0f, .min_p = 0.0f, .seed = 5, .penalty_last_n = 4,
+                   .penalty_present = 1e30f};
   sampler_chain s(p);
   s.accept(2);
   std::set<token_id> drawn;

@@ -20,19 +20,20 @@ struct sampler_params {
   std::int32_t top_k = 40;   // >= 0; 0 => disabled
   float top_p = 0.95f;       // in (0, 1]; 1 => disabled
   float min_p = 0.05f;       // in [0, 1]; 0 => disabled
-  /// Repetition penalties over the last penalty_last_n tokens of the sequence
-  /// (the tokens given to accept(): generate() passes the prompt and every
-  /// token it feeds back). llama.cpp's --repeat-last-n, --repeat-penalty,
-  /// --frequency-penalty, --presence-penalty; its -1 ("the context size")
-  /// is the caller's to resolve.
-  std::int32_t penalty_last_n = 64;  // >= 0; 0 => disabled
-  float penalty_repeat = 1.0f;       // finite, > 0; 1 => disabled
-  float penalty_freq = 0.0f;         // finite; 0 => disabled
-  float penalty_present = 0.0f;      // finite; 0 => disabled
   /// Seed of the splitmix64 generator. Unlike llama.cpp (whose default means
   /// "random"), the default is a fixed 0: kestrel never seeds from the clock,
   /// so runs are reproducible unless the caller passes entropy.
   std::uint64_t seed = 0;
+  /// Repetition penalties over the last penalty_last_n tokens of the sequence
+  /// (the tokens given to accept(): generate() passes the prompt and every
+  /// token it feeds back). llama.cpp's --repeat-last-n, --repeat-penalty,
+  /// --frequency-penalty, --presence-penalty; its -1 ("the context size")
+  /// is the caller's to resolve. (After the seed, which they followed, so
+  /// that positional initializers of the fields above keep their meaning.)
+  std::int32_t penalty_last_n = 64;  // >= 0; 0 => disabled
+  float penalty_repeat = 1.0f;       // finite, > 0; 1 => disabled
+  float penalty_freq = 0.0f;         // finite; 0 => disabled
+  float penalty_present = 0.0f;      // finite; 0 => disabled
 };
 
 /// Throws invalid_argument naming the first bad parameter and its value.
