@@ -27,7 +27,7 @@ static const char* usage =
     "  --chat-template NAME  format turns as NAME (chatml, llama2, llama3, mistral, phi3, gemma,\n"
     "                   zephyr) instead of the model's tokenizer.chat_template\n"
     "  --temp T --top-k K --top-p P --min-p P --seed S -t N -c N --mmap --no-mmap\n"
-    "  --repeat-penalty R --repeat-last-n N --frequency-penalty F --presence-penalty P\n"
+    "  --repeat-penalty R --repeat-last-n N --frequency-penalty F --presence-penalty P --ignore-eos\n"
     "                   as in kestrel-generate\n";
 
 namespace {
@@ -77,6 +77,7 @@ bool reply(const kestrel::cli::options& opt, const chat_setup& chat, Sampler& sa
   kestrel::generation_options g;
   g.n_predict = kestrel::cli::predict_limit(opt);
   g.stop_tokens = chat.ids.end_of_generation;
+  g.ignore_eos = opt.ignore_eos;
   g.feed_last = true;
   const auto st = kestrel::generate(model, sampler, tok, input, g, [&](std::string_view piece) {
     kestrel::cli::write_stdout(piece);
@@ -186,8 +187,10 @@ int main(int argc, char** argv) {
       };
       auto input = turn();
       if (!fit_context(model, input, turn)) continue;
-      const auto st = kestrel::generate(model, sampler, tok, input, kestrel::cli::predict_limit(opt),
-                                        kestrel::cli::write_stdout, &pending);
+      kestrel::generation_options g;
+      g.n_predict = kestrel::cli::predict_limit(opt);
+      g.ignore_eos = opt.ignore_eos;
+      const auto st = kestrel::generate(model, sampler, tok, input, g, kestrel::cli::write_stdout, &pending);
       std::fprintf(stderr, "\n[%zu tokens, TTFT %.1f ms, %.1f tokens/s]", st.n_generated, st.ttft_ms,
                    st.decode_tokens_per_s());
       if (st.stop == kestrel::stop_reason::end_of_text) {

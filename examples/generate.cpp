@@ -13,6 +13,7 @@ static const char* usage =
     "  --tokenizer FILE llama2.c tokenizer.bin (required for .bin models)\n"
     "  -p PROMPT        prompt (default: empty, i.e. BOS only)\n"
     "  -n N             tokens to generate (default 256; -1 or -2: until EOS or a full context)\n"
+    "  --ignore-eos     never sample EOS (or BOS): generate until -n or a full context\n"
     "  --temp T         temperature, 0 = greedy (default 0.8)\n"
     "  --top-k K        (default 40, 0 = off)   --top-p P (default 0.95, 1 = off)\n"
     "  --min-p P        (default 0.05, 0 = off) --seed S (default random, printed)\n"
@@ -35,8 +36,10 @@ int main(int argc, char** argv) {
       kestrel::cli::die("the prompt is " + std::to_string(prompt.size()) + " tokens, longer than the context length of " +
                         std::to_string(model.n_ctx()) + " (raise -c or shorten the prompt)");
     kestrel::cli::write_stdout(opt.prompt);
-    const auto st = kestrel::generate(model, sampler, tok, prompt, kestrel::cli::predict_limit(opt),
-                                      kestrel::cli::write_stdout);
+    kestrel::generation_options g;
+    g.n_predict = kestrel::cli::predict_limit(opt);
+    g.ignore_eos = opt.ignore_eos;
+    const auto st = kestrel::generate(model, sampler, tok, prompt, g, kestrel::cli::write_stdout);
     kestrel::cli::print_stats(st);
   } catch (const std::exception& e) {
     std::fflush(stdout);

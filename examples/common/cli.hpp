@@ -26,6 +26,7 @@ struct options {
   std::optional<std::string> tokenizer;  // --tokenizer (llama2.c checkpoints)
   std::string prompt;                  // -p
   long n_predict = 256;                // -n (-1 or -2: until EOS or a full context)
+  bool ignore_eos = false;             // --ignore-eos: EOS, BOS and stop tokens are never sampled
   float temperature = 0.8f;            // --temp
   std::int32_t top_k = 40;             // --top-k
   float top_p = 0.95f;                 // --top-p
@@ -68,6 +69,10 @@ inline options parse(int argc, char** argv, const char* usage,
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     if (a == "-h" || a == "--help") help(0);
+    if (a == "--ignore-eos") {
+      o.ignore_eos = true;
+      continue;
+    }
     if (a == "--mmap" || a == "--no-mmap") {
       o.placement = a == "--mmap" ? weight_placement::file : weight_placement::huge_pages;
       continue;

@@ -95,6 +95,11 @@ r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "-1", "--temp", "0", "-t"
 m = re.search(rb"prompt: 1 tokens, generated: (\d+) tokens \((end of text|context full)\)", r.stderr)
 check("-n -1: until EOS or a full context of 64", r.returncode == 0 and m is not None and 0 < int(m.group(1)) <= 64
       and expected["test_all_greedy_200"].startswith(r.stdout.decode()), f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
+# --ignore-eos: greedy from BOS ends with EOS after 345 tokens; without it, the context (-c 512) fills.
+r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "-1", "--temp", "0", "-t", "2", "-c", "512", "--ignore-eos"])
+m = re.search(rb"prompt: 1 tokens, generated: (\d+) tokens \(context full\)", r.stderr)
+check("--ignore-eos -n -1: until the context is full", r.returncode == 0 and m is not None and int(m.group(1)) == 512
+      and r.stdout.decode().startswith(expected["test_all_greedy_200"]), f"rc={r.returncode} stderr={r.stderr[-300:]!r}")
 r = run([gen, "-m", fx("gguf/stories260K.gguf"), "-n", "-3"])
 check("-n -3 is an error", r.returncode == 1 and b"-n must be >= 0, or -1 / -2" in r.stderr, repr(r.stderr[-200:]))
 

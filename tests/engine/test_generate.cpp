@@ -199,3 +199,23 @@ TEST_CASE("the sampler's accept() sees the prompt and each token fed to the mode
     CHECK(s.accepted == std::vector<token_id>{1, 3, 3});
   }
 }
+
+TEST_CASE("ignore_eos: EOS, BOS and stop tokens are never sampled; the text ends at n_predict") {
+  const auto tok = tiny_tokenizer();
+  greedy_sampler greedy;
+  const std::vector<token_id> prompt{1};
+  // The script's argmax is EOS (2), then BOS (1), then the stop token 5:
+  // masked, each step's greedy pick is the lowest id left among the zeros.
+  scripted_model m({2, 1, 5, 4});
+  const token_id stops[] = {5};
+  generation_options g;
+  g.n_predict = 4;
+  g.stop_tokens = stops;
+  g.ignore_eos = true;
+  token_id last = 99;
+  const auto st = generate(m, greedy, tok, prompt, g, [](std::string_view) {}, &last);
+  CHECK(st.stop == stop_reason::length);
+  CHECK(st.n_generated == 4);
+  CHECK(m.decoded == std::vector<token_id>{0, 0, 0});  // <unk>, the lowest id not masked
+  CHECK(last == 4);
+}

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <concepts>
 #include <cstddef>
+#include <limits>
 #include <span>
 #include <string>
 #include <string_view>
@@ -54,6 +55,10 @@ struct generation_options {
   /// everything printed (a chat turn continues from there). Without it the
   /// last token is left for the caller (see `last_token`).
   bool feed_last = false;
+  /// Never sample EOS, BOS or a stop token (llama.cpp's --ignore-eos, which
+  /// biases its end-of-generation tokens to -inf): the text ends only at
+  /// n_predict or a full context.
+  bool ignore_eos = false;
 };
 
 /// Appends `prompt` to the model's sequence and generates up to
@@ -87,6 +92,15 @@ generation_stats generate(M& model, S& sampler, const T& tok, std::span<const to
 
   auto sample = [&](std::span<const float> logits) {
     scratch.assign(logits.begin(), logits.end());
+    if (opt.ignore_eos) {
+      auto mask = [&](token_id t) {
+        if (t != no_token && static_cast<std::size_t>(t) < scratch.size())
+          scratch[static_cast<std::size_t>(t)] = -std::numeric_limits<float>::infinity();
+      };
+      mask(tok.eos());
+      mask(tok.bos());
+      for (const token_id t : opt.stop_tokens) mask(t);
+    }
     return sampler.sample(std::span<float>(scratch));
   };
   auto ends_text = [&](token_id t) {
