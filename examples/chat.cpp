@@ -74,10 +74,8 @@ std::optional<chat_setup> chat_format(const kestrel::cli::options& opt, const ke
 template <class Sampler, class Tok, class Model>
 bool reply(const kestrel::cli::options& opt, const chat_setup& chat, Sampler& sampler, const Tok& tok, Model& model,
            const std::vector<kestrel::token_id>& input, std::string& text) {
-  kestrel::generation_options g;
-  g.n_predict = kestrel::cli::predict_limit(opt);
+  auto g = kestrel::cli::generation(opt);
   g.stop_tokens = chat.ids.end_of_generation;
-  g.ignore_eos = opt.ignore_eos;
   g.feed_last = true;
   const auto st = kestrel::generate(model, sampler, tok, input, g, [&](std::string_view piece) {
     kestrel::cli::write_stdout(piece);
@@ -187,10 +185,8 @@ int main(int argc, char** argv) {
       };
       auto input = turn();
       if (!fit_context(model, input, turn)) continue;
-      kestrel::generation_options g;
-      g.n_predict = kestrel::cli::predict_limit(opt);
-      g.ignore_eos = opt.ignore_eos;
-      const auto st = kestrel::generate(model, sampler, tok, input, g, kestrel::cli::write_stdout, &pending);
+      const auto st = kestrel::generate(model, sampler, tok, input, kestrel::cli::generation(opt),
+                                        kestrel::cli::write_stdout, &pending);
       std::fprintf(stderr, "\n[%zu tokens, TTFT %.1f ms, %.1f tokens/s]", st.n_generated, st.ttft_ms,
                    st.decode_tokens_per_s());
       if (st.stop == kestrel::stop_reason::end_of_text) {

@@ -17,7 +17,8 @@ static const char* usage =
     "  --temp T         temperature, 0 = greedy (default 0.8)\n"
     "  --top-k K        (default 40, 0 = off)   --top-p P (default 0.95, 1 = off)\n"
     "  --min-p P        (default 0.05, 0 = off) --seed S (default random, printed)\n"
-    "  --repeat-penalty R (default 1.0 = off)   --repeat-last-n N tokens it looks back (default 64, 0 = off, -1 = context)\n"
+    "  --repeat-penalty R (default 1.0 = off)   --repeat-last-n N (tokens looked back; default 64,\n"
+    "                   0 = off, -1 = the context)\n"
     "  --frequency-penalty F, --presence-penalty P (default 0 = off)\n"
     "  -t N             threads (default: all)  -c N context length (default: the model's, at most 4096)\n"
     "  --mmap           read the weights in place from the file mapping\n"
@@ -36,10 +37,8 @@ int main(int argc, char** argv) {
       kestrel::cli::die("the prompt is " + std::to_string(prompt.size()) + " tokens, longer than the context length of " +
                         std::to_string(model.n_ctx()) + " (raise -c or shorten the prompt)");
     kestrel::cli::write_stdout(opt.prompt);
-    kestrel::generation_options g;
-    g.n_predict = kestrel::cli::predict_limit(opt);
-    g.ignore_eos = opt.ignore_eos;
-    const auto st = kestrel::generate(model, sampler, tok, prompt, g, kestrel::cli::write_stdout);
+    const auto st =
+        kestrel::generate(model, sampler, tok, prompt, kestrel::cli::generation(opt), kestrel::cli::write_stdout);
     kestrel::cli::print_stats(st);
   } catch (const std::exception& e) {
     std::fflush(stdout);

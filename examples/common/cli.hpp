@@ -116,11 +116,14 @@ inline options parse(int argc, char** argv, const char* usage,
   return o;
 }
 
-/// The most tokens a reply may have: -n, or no limit for llama.cpp's -1
-/// ("infinity") and -2 ("until the context is filled"); generate() stops at
-/// EOS or a full context either way.
-inline std::size_t predict_limit(const options& o) {
-  return o.n_predict < 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(o.n_predict);
+/// generate()'s options from the flags: at most -n tokens, or no limit for
+/// llama.cpp's -1 ("infinity") and -2 ("until the context is filled"), where
+/// generate() stops at EOS or a full context; --ignore-eos.
+inline generation_options generation(const options& o) {
+  generation_options g;
+  g.n_predict = o.n_predict < 0 ? std::numeric_limits<std::size_t>::max() : static_cast<std::size_t>(o.n_predict);
+  g.ignore_eos = o.ignore_eos;
+  return g;
 }
 
 /// The sampler's parameters from the flags; `n_ctx` (0 until the model is

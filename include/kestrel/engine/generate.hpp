@@ -90,22 +90,20 @@ generation_stats generate(M& model, S& sampler, const T& tok, std::span<const to
   detokenizer<T> detok(tok, at_start);
   std::vector<float> scratch;  // the sampler may modify its logits
 
+  // The tokens that end the text: EOS, BOS and the stop tokens. With
+  // ignore_eos none of them is ever sampled.
+  std::vector<token_id> enders(opt.stop_tokens.begin(), opt.stop_tokens.end());
+  for (const token_id t : {tok.eos(), tok.bos()})
+    if (t != no_token) enders.push_back(t);
+  auto ends_text = [&](token_id t) { return std::find(enders.begin(), enders.end(), t) != enders.end(); };
+
   auto sample = [&](std::span<const float> logits) {
     scratch.assign(logits.begin(), logits.end());
-    if (opt.ignore_eos) {
-      auto mask = [&](token_id t) {
-        if (t != no_token && static_cast<std::size_t>(t) < scratch.size())
+    if (opt.ignore_eos)
+      for (const token_id t : enders)
+        if (t >= 0 && static_cast<std::size_t>(t) < scratch.size())
           scratch[static_cast<std::size_t>(t)] = -std::numeric_limits<float>::infinity();
-      };
-      mask(tok.eos());
-      mask(tok.bos());
-      for (const token_id t : opt.stop_tokens) mask(t);
-    }
     return sampler.sample(std::span<float>(scratch));
-  };
-  auto ends_text = [&](token_id t) {
-    return t == tok.eos() || t == tok.bos() ||
-           std::find(opt.stop_tokens.begin(), opt.stop_tokens.end(), t) != opt.stop_tokens.end();
   };
 
   // The sampler sees the sequence as the model does (sampler_accept: its

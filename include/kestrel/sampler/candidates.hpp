@@ -144,7 +144,7 @@ class penalties_step {
   void accept(token_id t) {
     if (!active()) return;
     if (size_ == ring_.size()) {  // full: the oldest leaves, t takes its place
-      const auto it = find(ring_[head_]);
+      const auto it = find(counts_, ring_[head_]);
       if (--it->second == 0) counts_.erase(it);
       ring_[head_] = t;
       head_ = (head_ + 1) % ring_.size();
@@ -152,7 +152,7 @@ class penalties_step {
       ring_[(head_ + size_) % ring_.size()] = t;
       ++size_;
     }
-    if (auto it = find(t); it != counts_.end()) ++it->second;
+    if (auto it = find(counts_, t); it != counts_.end()) ++it->second;
     else counts_.push_back({t, 1});  // within the capacity reserved: at most last_n distinct
   }
 
@@ -179,14 +179,15 @@ class penalties_step {
   std::int32_t last_n() const noexcept { return last_n_; }
   /// How many times t is in the history (for tests and diagnostics).
   std::int32_t count(token_id t) const noexcept {
-    for (const auto& [id, n] : counts_)
-      if (id == t) return n;
-    return 0;
+    const auto it = find(counts_, t);
+    return it == counts_.end() ? 0 : it->second;
   }
 
  private:
-  std::vector<std::pair<token_id, std::int32_t>>::iterator find(token_id t) {
-    return std::find_if(counts_.begin(), counts_.end(), [t](const auto& e) { return e.first == t; });
+  /// The entry of t in `counts` (counts_, const or not), or its end.
+  template <class Counts>
+  static auto find(Counts& counts, token_id t) -> decltype(counts.begin()) {
+    return std::find_if(counts.begin(), counts.end(), [t](const auto& e) { return e.first == t; });
   }
 
   std::int32_t last_n_;

@@ -2,7 +2,6 @@
 // penalties -> top-k -> top-p -> min-p -> temperature -> draw.
 #pragma once
 
-#include <algorithm>
 #include <cstdint>
 #include <span>
 
@@ -79,10 +78,8 @@ class sampler_chain {
     candidates_.assign(logits);
     penalties_.apply(candidates_);
     if (params_.temperature == 0.0f) {
-      const auto items = candidates_.items();  // in id order: the first maximum is the lowest id
-      return std::max_element(items.begin(), items.end(),
-                              [](const candidate& a, const candidate& b) { return a.logit < b.logit; })
-          ->id;
+      temperature_.apply(candidates_);  // keeps the largest penalized logit alone (lowest id on ties)
+      return candidates_.items().front().id;
     }
     top_k_.apply(candidates_);
     top_p_.apply(candidates_);
